@@ -1,0 +1,39 @@
+"""diskcache_core: an embeddable disk-and-memory cache with python-diskcache's API.
+
+One SQLite database indexes every item; small values live inline, large ones in value files
+beside it. Safe across threads and processes, with no server to run.
+"""
+
+from ._cache import Cache
+from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk, SafeDisk
+from ._errors import (
+    DatabaseError,
+    DiskCacheError,
+    EmptyDirWarning,
+    Timeout,
+    UnknownFileWarning,
+    UnsafePickleError,
+    UnsafeValueFileError,
+)
+from ._schema import DEFAULT_SETTINGS, EVICTION_POLICY
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cache",
+    "DEFAULT_SETTINGS",
+    "DatabaseError",
+    "Disk",
+    "DiskCacheError",
+    "ENOVAL",
+    "EVICTION_POLICY",
+    "EmptyDirWarning",
+    "JSONDisk",
+    "SafeDisk",
+    "Timeout",
+    "UNKNOWN",
+    "UnknownFileWarning",
+    "UnsafePickleError",
+    "UnsafeValueFileError",
+    "__version__",
+]

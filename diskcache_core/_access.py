@@ -1,0 +1,164 @@
+"""Reads recorded in memory and written in batches: LRU times, LFU counts, hits and misses.
+
+python-diskcache opens a write transaction on every get under the LRU/LFU policies or with
+statistics on, which serialises readers behind writers. Here a get only updates a dict; a
+background thread per process writes the batch at most `FLUSH_INTERVAL` seconds later (sooner
+when the batch grows large), and close() writes what is left. Eviction order across processes
+is therefore approximate within that delay — the trade-off this module exists for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sqlite3
+import threading
+import weakref
+from typing import Any, Protocol
+
+__all__ = ["AccessLog", "FLUSH_INTERVAL", "schedule_flush"]
+
+FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
+FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
+_MAX_PENDING = 200_000  # keys kept when flushes keep failing; older LRU times are dropped
+
+_ACCESS_TIME = (
+    "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
+)
+_ACCESS_COUNT = "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3"
+_ADD_STAT = "UPDATE Settings SET value = value + ? WHERE key = ?"
+
+
+class AccessLog:
+    """One cache's not-yet-written reads in this process."""
+
+    def __init__(self, column: str | None, statistics: bool) -> None:
+        self.column = column  # 'access_time', 'access_count' or None (policy needs nothing)
+        self.statistics = statistics
+        self.pending: dict[tuple[Any, Any], float] = {}
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Whether reads need recording at all (the get path skips this class otherwise)."""
+        return self.column is not None or bool(self.statistics)
+
+    def record(self, db_key: Any, raw: Any, hit: bool, now: float) -> bool:
+        """Note one read; return True when the batch is large enough to flush early."""
+        pending = self.pending
+        if hit:
+            if self.column == "access_time":
+                pending[(db_key, raw)] = now
+            elif self.column == "access_count":
+                key = (db_key, raw)
+                with self._lock:
+                    pending[key] = pending.get(key, 0) + 1
+        if self.statistics:
+            with self._lock:
+                if hit:
+                    self.hits += 1
+                else:
+                    self.misses += 1
+        return len(pending) >= FLUSH_SIZE
+
+    def take(self) -> tuple[dict[tuple[Any, Any], float], int, int]:
+        """Detach the batch for writing."""
+        with self._lock:
+            batch = (self.pending, self.hits, self.misses)
+            self.pending = {}
+            self.hits = self.misses = 0
+        return batch
+
+    def give_back(self, batch: tuple[dict[tuple[Any, Any], float], int, int]) -> None:
+        """Re-attach a batch whose write failed (a busy database): it goes out next time."""
+        pending, hits, misses = batch
+        with self._lock:
+            for key, value in pending.items():
+                if len(self.pending) >= _MAX_PENDING:
+                    break
+                if self.column == "access_count":
+                    self.pending[key] = self.pending.get(key, 0) + value
+                else:
+                    self.pending.setdefault(key, value)
+            self.hits += hits
+            self.misses += misses
+
+    def write(self, con: sqlite3.Connection, batch: tuple[dict, int, int]) -> None:
+        """Write `batch` on `con`, inside the caller's write transaction."""
+        pending, hits, misses = batch
+        if pending:
+            statement = _ACCESS_TIME if self.column == "access_time" else _ACCESS_COUNT
+            con.executemany(statement, [(value, key[0], key[1]) for key, value in pending.items()])
+        if hits:
+            con.execute(_ADD_STAT, (hits, "hits"))
+        if misses:
+            con.execute(_ADD_STAT, (misses, "misses"))
+
+    def reset_after_fork(self) -> None:
+        """The parent's unwritten reads are the parent's to write."""
+        self.pending = {}
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+
+
+class _Flushable(Protocol):
+    def flush_access_log(self) -> None: ...
+
+
+class _Flusher:
+    """The per-process thread that writes every cache's batch each FLUSH_INTERVAL."""
+
+    def __init__(self) -> None:
+        self.caches: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def schedule(self, cache: _Flushable, now: bool = False) -> None:
+        if cache not in self.caches:
+            with self.lock:
+                self.caches.add(cache)
+                if self.thread is None:
+                    self.thread = threading.Thread(
+                        target=self._run, name="diskcache_core-access-flush", daemon=True
+                    )
+                    self.thread.start()
+        if now:
+            self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait(FLUSH_INTERVAL)
+            self.wake.clear()
+            self.flush_all()
+
+    def flush_all(self) -> None:
+        for cache in list(self.caches):
+            try:
+                cache.flush_access_log()
+            except Exception:  # noqa: BLE001 - a closed or busy cache retries next round
+                pass
+
+
+_flusher = _Flusher()
+
+
+def schedule_flush(cache: _Flushable, now: bool = False) -> None:
+    """Make sure `cache`'s batch is written within FLUSH_INTERVAL (or at once with `now`)."""
+    _flusher.schedule(cache, now)
+
+
+def _after_fork_in_child() -> None:
+    global _flusher
+    _flusher = _Flusher()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    _flusher.flush_all()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

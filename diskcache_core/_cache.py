@@ -1,0 +1,1061 @@
+"""Cache: one directory holding one SQLite database (WAL) that indexes every item, and value files.
+
+Hot-path shape (see ARCHITECTURE.md, Speed principles):
+- a get is one constant SELECT on this thread's connection — never a write, whatever the
+  eviction policy or statistics (those are batched by `_access`);
+- set, add, delete, pop, touch and most incr calls are one autocommit statement: the database
+  takes the write lock when the statement starts, so no BEGIN/COMMIT round trips are needed;
+- size accounting is kept by triggers; the size limit and expired items are checked once per
+  `_check_every` bytes written, not on every write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import os
+import os.path as op
+import sqlite3
+import tempfile
+import time
+import warnings
+from typing import Any, Iterator
+
+from . import _schema as sql
+from ._access import AccessLog, schedule_flush
+from ._connections import ConnectionPool, ThreadState
+from ._disk import ENOVAL, MODE_RAW, Disk
+from ._errors import (
+    DatabaseError,
+    EmptyDirWarning,
+    Timeout,
+    UnknownFileWarning,
+    UnsafeValueFileError,
+    is_busy,
+    translate_sqlite_error,
+)
+
+__all__ = ["Cache"]
+
+_now = time.time
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_TAG_TYPES = (str, bytes, int, float)
+_FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
+_BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
+_MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next check
+_SETUP_TIMEOUT = 60.0  # creating a database waits this long for other creators
+_PERSISTENT_PRAGMAS = ("sqlite_auto_vacuum", "sqlite_journal_mode")
+_QUEUE_BOUNDS = (0, 999999999999999)
+_QUEUE_START = 500000000000000
+
+
+def _key_range(prefix: str | None) -> tuple[Any, Any]:
+    if prefix is None:
+        return _QUEUE_BOUNDS
+    if type(prefix) is not str:
+        raise TypeError(f"queue prefix must be a str or None, not {type(prefix).__name__}")
+    return prefix + "-000000000000000", prefix + "-999999999999999"
+
+
+def _side(side: str, allowed: tuple[str, str]) -> str:
+    if side not in allowed:
+        raise ValueError(f"side must be {allowed[0]!r} or {allowed[1]!r}, not {side!r}")
+    return side
+
+
+def _expire_time(now: float, expire: Any) -> float | None:
+    if expire is None:
+        return None
+    if type(expire) not in (int, float) and not isinstance(expire, numbers.Real):
+        raise TypeError(f"expire must be a number of seconds or None, not {type(expire).__name__}")
+    return now + float(expire)
+
+
+def _check_tag(tag: Any) -> None:
+    if tag is not None and type(tag) not in _TAG_TYPES:
+        raise TypeError(f"tag must be str, bytes, int, float or None, not {type(tag).__name__}")
+
+
+def _shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: bool) -> Any:
+    """python-diskcache's return shape for reads with the expire_time/tag flags."""
+    if want_expire:
+        return (value, expire_time, tag) if want_tag else (value, expire_time)
+    return (value, tag) if want_tag else value
+
+
+class Cache:
+    """Disk and file backed cache: one SQLite database and the value files beside it."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        timeout: float = 60,
+        disk: type[Disk] = Disk,
+        **settings: Any,
+    ) -> None:
+        """Open (creating if needed) the cache in `directory`.
+
+        :param directory: cache directory; a new temporary one when None
+        :param timeout: seconds a write waits for the database lock before `Timeout`
+        :param disk: Disk subclass for serialization
+        :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens
+        """
+        if not (isinstance(disk, type) and issubclass(disk, Disk)):
+            raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
+        if type(timeout) not in (int, float) or isinstance(timeout, bool):
+            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout}")
+        checked = sql.validate_settings(settings)
+        code_only = {name: checked.pop(name) for name in sql.CODE_ONLY_SETTINGS if name in checked}
+
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="diskcache_core-")
+        try:
+            directory = op.expandvars(op.expanduser(os.fspath(directory)))
+        except TypeError:
+            raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
+        if not op.isdir(directory):
+            if op.exists(directory):
+                raise NotADirectoryError(f"cache directory {directory!r} is not a directory")
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._directory = directory
+        self._timeout = timeout
+        self._code_only = code_only
+        self._pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, self._configure)
+        self._pool.read_only = not os.access(directory, os.W_OK)
+        self._local = self._pool.local
+
+        stored = self._open_database(checked, disk)
+        self._access = AccessLog(sql.EVICTION_POLICY[self.eviction_policy]["get"], self.statistics)
+        self._track_reads = self._access.active
+        self._unchecked = 0  # bytes written since the last size/expiry check
+        self._check_every = self._check_interval()
+        if self._track_reads:
+            schedule_flush(self)
+        del stored
+
+    # --- opening -----------------------------------------------------------------------------
+
+    def _open_database(self, checked: dict[str, Any], disk: type[Disk]) -> dict[str, Any]:
+        con = self._pool.connect(timeout=max(self._timeout, _SETUP_TIMEOUT))
+        try:
+            stored = self._read_settings(con)
+            wanted = dict(sql.DEFAULT_SETTINGS)
+            wanted.update(
+                sql.validate_settings(
+                    {k: v for k, v in stored.items() if k not in sql.METADATA and k != "schema_version"}
+                )
+            )
+            wanted.update(checked)
+            for name, value in wanted.items():
+                setattr(self, name, value)
+            disk_options = {name[5:]: value for name, value in wanted.items() if name.startswith("disk_")}
+            disk_options.update((name[5:], value) for name, value in self._code_only.items())
+            self._disk = disk(self._directory, **disk_options)  # checks its options before any write
+            self._plain_fetch = type(self._disk).fetch is Disk.fetch
+            self._native_numbers = self._plain_fetch and type(self._disk).store is Disk.store
+            if self._pool.read_only:
+                return stored
+            if not stored:
+                self._set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"])
+            self._set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"])
+            self._retry_setup(lambda: sql.create_or_migrate(con, stored, wanted))
+        except sqlite3.Error as exc:
+            raise translate_sqlite_error(exc) from exc
+        finally:
+            con.close()
+        return stored
+
+    def _read_settings(self, con: sqlite3.Connection) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            try:
+                return dict(con.execute("SELECT key, value FROM Settings").fetchall())
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return {}
+                raise
+
+        try:
+            return self._retry_setup(read)
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseError(
+                f"{op.join(self._directory, sql.DBNAME)!r} is not a usable cache database: {exc}"
+            ) from exc
+
+    def _retry_setup(self, step: Any) -> Any:
+        # Several processes may create the same cache at once; they take turns.
+        deadline = time.monotonic() + max(self._timeout, _SETUP_TIMEOUT)
+        while True:
+            try:
+                return step()
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
+
+    def _set_pragma(self, con: sqlite3.Connection, name: str, value: Any) -> None:
+        """Set a persistent pragma only when it differs (a reopen must write nothing)."""
+        pragma = name[len("sqlite_"):]
+        (current,) = con.execute(f"PRAGMA {pragma}").fetchone()
+        if str(current).lower() != str(value).lower():
+            self._retry_setup(lambda: con.execute(f"PRAGMA {pragma} = {value}").fetchall())
+
+    def _configure(self, con: sqlite3.Connection) -> None:
+        """Per-connection pragmas, applied to every new connection."""
+        for name, value in vars(self).items():
+            if name.startswith("sqlite_") and name not in _PERSISTENT_PRAGMAS:
+                con.execute(f"PRAGMA {name[len('sqlite_'):]} = {value}").fetchall()
+
+    def _check_interval(self) -> int:
+        # Check the size limit every 1/128th of it (between 4 KiB and 1 MiB of writes): the
+        # cache may overshoot its limit by that much per process, never more.
+        return min(max(self.size_limit // 128, 4096), 2**20)
+
+    # --- properties ----------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """Cache directory."""
+        return self._directory
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a write waits for the database lock before raising Timeout."""
+        return self._timeout
+
+    @property
+    def disk(self) -> Disk:
+        """Disk used for serialization."""
+        return self._disk
+
+    # --- statement execution -------------------------------------------------------------------
+
+    def _state(self) -> ThreadState:
+        try:
+            return self._local.state
+        except AttributeError:
+            return self._pool.state()
+
+    def _read(self, statement: str, params: Any = ()) -> list[Any]:
+        """Run a read statement; reads never wait on writers in WAL mode, but may retry."""
+        try:
+            execute = self._local.execute
+        except AttributeError:
+            execute = self._pool.state().execute
+        try:
+            return execute(statement, params).fetchall()
+        except sqlite3.Error as exc:
+            return self._retry_read(exc, statement, params)
+
+    def _retry_read(self, exc: sqlite3.Error, statement: str, params: Any) -> list[Any]:
+        deadline = time.monotonic() + self._timeout
+        while is_busy(exc) and time.monotonic() < deadline:
+            time.sleep(0.001)
+            try:
+                return self._state().execute(statement, params).fetchall()
+            except sqlite3.Error as again:
+                exc = again
+        raise translate_sqlite_error(exc) from exc
+
+    def _write(
+        self,
+        statement: str,
+        params: Any,
+        retry: bool,
+        new_file: str | None = None,
+        charge: int = 0,
+        settle: bool = True,
+    ) -> sqlite3.Cursor:
+        """Run one write statement (autocommit unless inside `transact`) and settle its files.
+
+        `new_file` is the value file the statement makes a row name: removed if the statement
+        fails. `charge` is the bytes written, counted towards the next size check. With
+        `settle=False` the caller reads the rows (RETURNING) and then calls `_settle`.
+        """
+        try:
+            state = self._local.state
+        except AttributeError:
+            state = self._pool.state()
+        mark = len(state.released) if state.depth else 0
+        try:
+            cursor = state.execute(statement, params)
+        except sqlite3.Error as exc:
+            cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
+        if state.depth:
+            if new_file is not None:
+                state.created.append(new_file)
+        elif settle:
+            if state.released:
+                self._remove_released(state)
+            self._unchecked += charge
+            if self._unchecked >= self._check_every:
+                self._check_size()
+        return cursor
+
+    def _write_failed(
+        self,
+        state: ThreadState,
+        exc: sqlite3.Error,
+        statement: str,
+        params: Any,
+        retry: bool,
+        new_file: str | None,
+        mark: int,
+    ) -> sqlite3.Cursor:
+        while retry and is_busy(exc) and not state.depth:
+            try:
+                return state.execute(statement, params)
+            except sqlite3.Error as again:
+                exc = again
+        del state.released[mark:]  # the failed statement's changes were rolled back
+        if new_file is not None:
+            self._remove_file(new_file)
+        raise translate_sqlite_error(exc) from exc
+
+    def _settle(self, state: ThreadState, charge: int = 0) -> None:
+        """After a statement committed: remove the files it released; count its bytes."""
+        if state.depth:
+            return
+        if state.released:
+            self._remove_released(state)
+        self._unchecked += charge
+        if self._unchecked >= self._check_every:
+            self._check_size()
+
+    def _remove_released(self, state: ThreadState) -> None:
+        names = list(state.released)
+        state.released.clear()
+        for name in names:
+            self._remove_file(name)
+
+    def _remove_file(self, name: str) -> None:
+        try:
+            self._disk.remove(name)
+        except UnsafeValueFileError as exc:
+            warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
+        except OSError:
+            pass  # already gone, or a directory another process is filling
+
+    @contextlib.contextmanager
+    def _transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
+        """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer."""
+        state = self._state()
+        if state.depth:
+            state.depth += 1
+            try:
+                yield state
+            finally:
+                state.depth -= 1
+            return
+        while True:
+            try:
+                state.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.Error as exc:
+                if retry and is_busy(exc):
+                    continue
+                if new_file is not None:
+                    self._remove_file(new_file)
+                raise translate_sqlite_error(exc) from exc
+        state.depth = 1
+        if new_file is not None:
+            state.created.append(new_file)
+        try:
+            yield state
+        except BaseException:
+            state.depth = 0
+            self._rollback(state)
+            raise
+        state.depth = 0
+        try:
+            state.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(state)
+            raise translate_sqlite_error(exc) from exc
+        state.created.clear()
+        if state.released:
+            self._remove_released(state)
+
+    def _rollback(self, state: ThreadState) -> None:
+        if state.con.in_transaction:
+            state.execute("ROLLBACK")
+        state.released.clear()  # nothing stopped naming them after all
+        created = list(state.created)
+        state.created.clear()
+        for name in created:
+            self._remove_file(name)
+
+    @contextlib.contextmanager
+    def transact(self, retry: bool = False) -> Iterator[None]:
+        """Context manager: a write transaction; what runs inside is atomic.
+
+        Other writers wait while it is open (keep it short); readers do not. Transactions nest
+        and belong to the thread that opened them. Raises Timeout when the lock cannot be had
+        within the cache's timeout and `retry` is False.
+        """
+        with self._transaction(retry):
+            yield
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get(
+        self,
+        key: Any,
+        default: Any = None,
+        read: bool = False,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Return the value for `key`, or `default` when it is missing or expired.
+
+        :param read: return bytes values as a binary file object
+        :param expire_time: also return the expire time, as a tuple
+        :param tag: also return the tag, as a tuple
+        """
+        if expire_time or tag:
+            return self._get_with_metadata(key, default, read, expire_time, tag)
+        db_key, raw = self._disk.put(key)
+        try:
+            execute = self._local.execute
+        except AttributeError:
+            execute = self._pool.state().execute
+        now = _now()
+        try:
+            row = execute(sql.SELECT_VALUE, (db_key, raw, now)).fetchone()
+        except sqlite3.Error as exc:
+            rows = self._retry_read(exc, sql.SELECT_VALUE, (db_key, raw, now))
+            row = rows[0] if rows else None
+        if row is None:
+            if self._track_reads:
+                self._access.record(db_key, raw, False, now)
+            return default
+        mode, filename, db_value = row
+        if mode == MODE_RAW and self._plain_fetch and not read:
+            value = db_value
+        else:
+            try:
+                value = self._disk.fetch(mode, filename, db_value, read)
+            except FileNotFoundError:
+                # Replaced by another writer between our SELECT and open: read the row again.
+                return self._get_with_metadata(key, default, read, False, False)
+        if self._track_reads and self._access.record(db_key, raw, True, now):
+            schedule_flush(self, now=True)
+        return value
+
+    def _get_with_metadata(
+        self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool
+    ) -> Any:
+        """get's general path: the expire_time/tag flags, and retries after a file race."""
+        db_key, raw = self._disk.put(key)
+        for _ in range(_FILE_RACE_RETRIES):
+            now = _now()
+            rows = self._read(sql.SELECT_ITEM, (db_key, raw, now))
+            if not rows:
+                break
+            db_expire, db_tag, mode, filename, db_value = rows[0]
+            try:
+                value = self._disk.fetch(mode, filename, db_value, read)
+            except FileNotFoundError:
+                continue
+            if self._track_reads and self._access.record(db_key, raw, True, now):
+                schedule_flush(self, now=True)
+            return _shape(value, db_expire, db_tag, expire_time, tag)
+        if self._track_reads:
+            self._access.record(db_key, raw, False, 0.0)
+        return _shape(default, None, None, expire_time, tag)
+
+    def __getitem__(self, key: Any) -> Any:
+        """Return the value for `key`; KeyError when missing."""
+        value = self.get(key, ENOVAL, retry=True)
+        if value is ENOVAL:
+            raise KeyError(key)
+        return value
+
+    def read(self, key: Any, retry: bool = False) -> Any:
+        """Return the value for `key` as a binary file object; KeyError when missing."""
+        handle = self.get(key, ENOVAL, read=True, retry=retry)
+        if handle is ENOVAL:
+            raise KeyError(key)
+        return handle
+
+    def __contains__(self, key: Any) -> bool:
+        """True when `key` is present and not expired."""
+        db_key, raw = self._disk.put(key)
+        return bool(self._read(sql.SELECT_EXISTS, (db_key, raw, _now())))
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def set(
+        self,
+        key: Any,
+        value: Any,
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> bool:
+        """Store `value` under `key`; return True.
+
+        :param expire: seconds until the item expires (None: never)
+        :param read: `value` is a binary file object to stream into a value file
+        :param tag: str/bytes/number to group items for `evict`
+        """
+        now = _now()
+        db_key, raw = self._disk.put(key)
+        expire_at = None if expire is None else _expire_time(now, expire)
+        if tag is not None:
+            _check_tag(tag)
+        size, mode, filename, db_value = self._disk.store(value, read, key=key)
+        charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
+        self._write(
+            sql.UPSERT,
+            (db_key, raw, now, expire_at, tag, size, mode, filename, db_value),
+            retry,
+            filename,
+            charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE,
+        )
+        return True
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Store `value` under `key`, retrying on timeout."""
+        self.set(key, value, retry=True)
+
+    def add(
+        self,
+        key: Any,
+        value: Any,
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> bool:
+        """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
+        now = _now()
+        db_key, raw = self._disk.put(key)
+        expire_at = None if expire is None else _expire_time(now, expire)
+        if tag is not None:
+            _check_tag(tag)
+        size, mode, filename, db_value = self._disk.store(value, read, key=key)
+        charge = max(size or (len(db_value) if type(db_value) in (bytes, str) else 0), _MIN_WRITE_CHARGE)
+        cursor = self._write(
+            sql.ADD, (db_key, raw, now, expire_at, tag, size, mode, filename, db_value),
+            retry, filename, charge,
+        )
+        if cursor.rowcount == 1:
+            return True
+        if filename is not None:
+            self._forget_new_file(filename)
+        return False
+
+    def _forget_new_file(self, filename: str) -> None:
+        """A value file written for a row that was not stored after all."""
+        state = self._state()
+        if state.depth and filename in state.created:
+            state.created.remove(filename)
+        self._remove_file(filename)
+
+    def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
+        """Set a new expiry for `key`; True when the item was present."""
+        now = _now()
+        db_key, raw = self._disk.put(key)
+        expire_at = None if expire is None else _expire_time(now, expire)
+        return self._write(sql.TOUCH, (expire_at, db_key, raw, now), retry).rowcount == 1
+
+    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+        """Add `delta` to the number stored at `key`, atomically; return the new value.
+
+        A missing key starts from `default` (KeyError when `default` is None). Works like
+        Python's ``+``: integers past 64 bits stay exact.
+        """
+        if not isinstance(delta, numbers.Number):
+            raise TypeError(f"incr delta must be a number, not {type(delta).__name__}")
+        if default is not None and not isinstance(default, numbers.Number):
+            raise TypeError(f"incr default must be a number or None, not {type(default).__name__}")
+        db_key, raw = self._disk.put(key)
+        kind = type(delta)
+        if self._native_numbers and (
+            kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)
+        ):
+            if default is None:
+                statement, params = sql.INCR_NATIVE, (delta, _now(), db_key, raw)
+            else:
+                start = default + delta
+                if not (type(start) is float or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)):
+                    return self._incr_slow(key, db_key, raw, delta, default, retry)
+                statement = sql.INCR_UPSERT
+                params = (delta, _now(), db_key, raw, start)
+            cursor = self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE, settle=False)
+            rows = cursor.fetchall()
+            self._settle(self._state(), _MIN_WRITE_CHARGE)
+            if rows:
+                return rows[0][0]
+        return self._incr_slow(key, db_key, raw, delta, default, retry)
+
+    def _incr_slow(self, key: Any, db_key: Any, raw: Any, delta: Any, default: Any, retry: bool) -> Any:
+        # Any Disk, any number type: read, add in Python, write back, in one transaction.
+        with self._transaction(retry) as state:
+            now = _now()
+            row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
+            if row is None or (row[1] is not None and row[1] <= now):
+                if default is None:
+                    raise KeyError(key)
+                value = default + delta
+                size, mode, filename, db_value = self._disk.store(value, False, key=key)
+                if filename is not None:
+                    state.created.append(filename)
+                state.execute(sql.UPSERT, (db_key, raw, now, None, None, size, mode, filename, db_value))
+                return value
+            rowid, _, mode, filename, db_value = row
+            current = self._disk.fetch(mode, filename, db_value, False)
+            if not isinstance(current, numbers.Number):
+                raise TypeError(
+                    f"cannot increment the value of {key!r}: it is a {type(current).__name__},"
+                    " not a number"
+                )
+            value = current + delta
+            size, mode, new_file, db_value = self._disk.store(value, False, key=key)
+            if new_file is not None:
+                state.created.append(new_file)
+            state.execute(sql.UPDATE_VALUE, (now, size, mode, new_file, db_value, rowid))
+            return value
+
+    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+        """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
+        if not isinstance(delta, numbers.Number):
+            raise TypeError(f"decr delta must be a number, not {type(delta).__name__}")
+        return self.incr(key, -delta, default, retry)
+
+    def pop(
+        self,
+        key: Any,
+        default: Any = None,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove `key` and return its value, or `default` when missing; atomic."""
+        db_key, raw = self._disk.put(key)
+        now = _now()
+        cursor = self._write(sql.POP_ITEM, (db_key, raw), retry, settle=False)
+        rows = cursor.fetchall()
+        state = self._state()
+        try:
+            if rows:
+                db_expire, db_tag, mode, filename, db_value = rows[0]
+                if db_expire is None or db_expire > now:
+                    try:
+                        value = self._disk.fetch(mode, filename, db_value, False)
+                    except FileNotFoundError:
+                        pass
+                    else:
+                        return _shape(value, db_expire, db_tag, expire_time, tag)
+            return _shape(default, None, None, expire_time, tag)
+        finally:
+            self._settle(state)
+
+    def delete(self, key: Any, retry: bool = False) -> bool:
+        """Remove `key`; True when a live item was removed (expired ones go silently)."""
+        db_key, raw = self._disk.put(key)
+        now = _now()
+        cursor = self._write(sql.DELETE_ITEM, (db_key, raw), retry, settle=False)
+        rows = cursor.fetchall()
+        self._settle(self._state())
+        return bool(rows) and (rows[0][0] is None or rows[0][0] > now)
+
+    def __delitem__(self, key: Any, retry: bool = True) -> None:
+        """Remove `key`; KeyError when it is missing."""
+        if not self.delete(key, retry=retry):
+            raise KeyError(key)
+
+    # --- queues ------------------------------------------------------------------------------
+
+    def push(
+        self,
+        value: Any,
+        prefix: str | None = None,
+        side: str = "back",
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> Any:
+        """Push `value` onto the `side` of the queue named `prefix`; return its key.
+
+        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
+        """
+        _side(side, ("back", "front"))
+        low, high = _key_range(prefix)
+        now = _now()
+        expire_at = None if expire is None else _expire_time(now, expire)
+        if tag is not None:
+            _check_tag(tag)
+        size, mode, filename, db_value = self._disk.store(value, read)
+        with self._transaction(retry, new_file=filename) as state:
+            row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
+            if row is None:
+                number = _QUEUE_START
+            else:
+                last = row[0]
+                number = last if prefix is None else int(last[last.rfind("-") + 1:])
+                number += 1 if side == "back" else -1
+            db_key = number if prefix is None else f"{prefix}-{number:015d}"
+            state.execute(sql.INSERT, (db_key, True, now, expire_at, tag, size, mode, filename, db_value))
+        self._settle(self._state(), max(size, _MIN_WRITE_CHARGE))
+        return db_key
+
+    def pull(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        _side(side, ("front", "back"))
+        low, high = _key_range(prefix)
+        for _ in range(2**31):  # each pass removes a row, so this ends with the queue
+            now = _now()
+            rows = self._write(sql.QUEUE_PULL[side], (low, high), retry, settle=False).fetchall()
+            state = self._state()
+            try:
+                if not rows:
+                    return _shape(default, None, None, expire_time, tag)
+                db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
+                if db_expire is not None and db_expire < now:
+                    continue
+                try:
+                    value = self._disk.fetch(mode, filename, db_value, False)
+                except FileNotFoundError:
+                    continue
+                return _shape((db_key, value), db_expire, db_tag, expire_time, tag)
+            finally:
+                self._settle(state)
+        raise AssertionError("unreachable")
+
+    def peek(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Return ``(key, value)`` at the `side` of the queue without removing it."""
+        _side(side, ("front", "back"))
+        low, high = _key_range(prefix)
+        while True:
+            now = _now()
+            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
+            if not rows:
+                return _shape(default, None, None, expire_time, tag)
+            rowid, db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
+            if db_expire is not None and db_expire < now:
+                self._write(sql.DELETE_ROWID, (rowid,), retry)
+                continue
+            try:
+                value = self._disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                continue
+            return _shape((db_key, value), db_expire, db_tag, expire_time, tag)
+
+    def peekitem(self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False) -> Any:
+        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
+        statement = sql.PEEK_LAST if last else sql.PEEK_FIRST
+        while True:
+            now = _now()
+            rows = self._read(statement)
+            if not rows:
+                raise KeyError("dictionary is empty")
+            rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
+            if db_expire is not None and db_expire < now:
+                self._write(sql.DELETE_ROWID, (rowid,), retry)
+                continue
+            try:
+                value = self._disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                continue
+            key = self._disk.get(db_key, raw)
+            return _shape((key, value), db_expire, db_tag, expire_time, tag)
+
+    # --- bulk removal -------------------------------------------------------------------------
+
+    def _delete_batches(self, statement: str, params: tuple[Any, ...], retry: bool) -> int:
+        """Run a batched DELETE until it removes nothing; Timeout carries the count so far."""
+        count = 0
+        while True:
+            try:
+                removed = self._write(statement, params + (_BATCH,), retry).rowcount
+            except Timeout:
+                raise Timeout(count) from None
+            if removed <= 0:
+                return count
+            count += removed
+
+    def expire(self, now: float | None = None, retry: bool = False) -> int:
+        """Remove items that expired before `now` (default: the current time); return how many."""
+        return self._delete_batches(sql.DELETE_EXPIRED, (_now() if now is None else now,), retry)
+
+    def evict(self, tag: Any, retry: bool = False) -> int:
+        """Remove every item with `tag`; return how many."""
+        _check_tag(tag)
+        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry)
+
+    def clear(self, retry: bool = False) -> int:
+        """Remove every item; return how many."""
+        return self._delete_batches(sql.DELETE_ANY, (), retry)
+
+    def cull(self, retry: bool = False) -> int:
+        """Remove expired items, then evict by policy until the volume is within size_limit."""
+        count = self.expire(retry=retry)
+        cull_select = sql.EVICTION_POLICY[self.eviction_policy]["cull"]
+        if cull_select is None:
+            return count
+        self.flush_access_log()
+        delete = sql.DELETE_BY_POLICY[self.eviction_policy]
+        try:
+            while self.volume() > self.size_limit:
+                removed = self._write(delete, (_BATCH // 10,), retry).rowcount
+                if removed <= 0:
+                    break
+                count += removed
+        except Timeout:
+            raise Timeout(count) from None
+        return count
+
+    def _check_size(self) -> None:
+        """The periodic write-path check: drop expired items, then cull if over the limit."""
+        budget = min(self.cull_limit * (self._unchecked // _MIN_WRITE_CHARGE), 1000)
+        self._unchecked = 0
+        if self.cull_limit == 0:
+            return
+        try:
+            with self._transaction() as state:
+                state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, self.cull_limit)))
+                delete = sql.DELETE_BY_POLICY.get(self.eviction_policy)
+                if delete is None:
+                    return
+                over = self._volume(state) > self.size_limit
+                if over:
+                    batch = self._access.take()
+                    self._access.write(state.con, batch)
+                    state.execute(delete, (self.cull_limit,))
+                    over = self._volume(state) > self.size_limit
+        except Timeout:
+            return  # busy: the write itself succeeded; check again on a later write
+        if over:
+            self._unchecked = self._check_every  # still over: check again on the next write
+
+    def _volume(self, state: ThreadState) -> int:
+        used_pages, page_size, file_bytes = state.execute(sql.VOLUME).fetchone()
+        return used_pages * page_size + (file_bytes or 0)
+
+    def volume(self) -> int:
+        """Estimated bytes on disk: database pages in use plus value files."""
+        return self._volume(self._state())
+
+    # --- bookkeeping -------------------------------------------------------------------------
+
+    def flush_access_log(self) -> None:
+        """Write this process's batched access times, counts and hit/miss statistics now."""
+        if not (self._access.pending or self._access.hits or self._access.misses):
+            return
+        batch = self._access.take()
+        try:
+            with self._transaction() as state:
+                self._access.write(state.con, batch)
+        except Exception:
+            self._access.give_back(batch)
+            raise
+
+    def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
+        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
+        rows = dict(self._read("SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"))
+        result = (rows["hits"] + self._access.hits, rows["misses"] + self._access.misses)
+        if reset:
+            pending, _, _ = self._access.take()
+            with self._transaction() as state:
+                self._access.write(state.con, (pending, 0, 0))
+                state.execute("UPDATE Settings SET value = 0 WHERE key IN ('hits', 'misses')")
+        if int(bool(enable)) != self.statistics:
+            self.reset("statistics", int(bool(enable)))
+        return result
+
+    def reset(self, key: str, value: Any = ENOVAL, update: bool = True) -> Any:
+        """Read (no `value`) or change (with `value`) a setting or counter in the Settings table.
+
+        ``sqlite_*`` settings run their pragma; ``disk_*`` settings update the Disk attribute.
+        """
+        if value is ENOVAL:
+            rows = self._read("SELECT value FROM Settings WHERE key = ?", (key,))
+            if not rows:
+                raise KeyError(f"no setting or counter named {key!r}")
+            value = rows[0][0]
+            setattr(self, key, value)
+            return value
+        if key in sql.CODE_ONLY_SETTINGS:
+            raise ValueError(f"{key!r} comes from code only and cannot be stored")
+        value = sql.validate_settings({key: value})[key]
+        if update:
+            self._write("INSERT OR REPLACE INTO Settings VALUES (?, ?)", (key, value), retry=True)
+        if key.startswith("sqlite_"):
+            state = self._state()
+            state.execute(f"PRAGMA {key[len('sqlite_'):]} = {value}").fetchall()
+        elif key.startswith("disk_"):
+            setattr(self._disk, key[len("disk_"):], value)
+        setattr(self, key, value)
+        if key == "statistics":
+            self._access.statistics = bool(value)
+        elif key == "eviction_policy":
+            self._access.column = sql.EVICTION_POLICY[value]["get"]
+            index = sql.EVICTION_POLICY[value]["init"]
+            if index is not None and update:
+                self._write(index, (), retry=True)
+        elif key == "size_limit":
+            self._check_every = self._check_interval()
+        elif key == "tag_index" and update:
+            self._write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
+        self._track_reads = self._access.active
+        if self._track_reads:
+            schedule_flush(self)
+        return value
+
+    def create_tag_index(self) -> None:
+        """Create the index that makes `evict(tag)` fast (better: ``Cache(tag_index=True)``)."""
+        self.reset("tag_index", 1)
+
+    def drop_tag_index(self) -> None:
+        """Drop the tag index."""
+        self.reset("tag_index", 0)
+
+    def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
+        """Check the database and value files agree; with `fix`, repair; return the warnings.
+
+        Run it when no other process is writing value files: a file written but not yet
+        committed by another writer would look unknown and, with `fix`, be removed.
+        """
+        with warnings.catch_warnings(record=True) as found:
+            warnings.simplefilter("always")
+            rows = self._read("PRAGMA integrity_check")
+            if rows != [("ok",)]:
+                for (message,) in rows:
+                    warnings.warn(f"integrity check: {message}")
+            if fix:
+                self._write("VACUUM", (), retry)
+            real_directory = op.realpath(self._directory)
+            with self._transaction(retry) as state:
+                named = set()
+                for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
+                    try:
+                        full_path = self._disk._checked_path(filename)
+                    except UnsafeValueFileError as exc:
+                        warnings.warn(str(exc))
+                        if fix:
+                            state.execute(sql.DELETE_ROWID, (rowid,))
+                        continue
+                    named.add(full_path)
+                    if not op.exists(full_path):
+                        warnings.warn(f"file not found: {full_path}")
+                        if fix:
+                            state.execute(sql.DELETE_ROWID, (rowid,))
+                    elif op.getsize(full_path) != size:
+                        warnings.warn(f"wrong file size: {full_path}, {op.getsize(full_path)} != {size}")
+                        if fix:  # a file of the wrong size is damaged: drop the item
+                            state.execute(sql.DELETE_ROWID, (rowid,))
+                database_files = {
+                    op.join(real_directory, sql.DBNAME + suffix) for suffix in ("", "-wal", "-shm", "-journal")
+                }
+                for dirpath, _, files in os.walk(real_directory):
+                    for name in files:
+                        full_path = op.join(dirpath, name)
+                        if full_path in named or full_path in database_files:
+                            continue
+                        warnings.warn(f"unknown file: {full_path}", UnknownFileWarning)
+                        if fix:
+                            os.remove(full_path)
+                for dirpath, dirs, files in os.walk(real_directory, topdown=False):
+                    if dirpath != real_directory and not os.listdir(dirpath):
+                        warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning)
+                        if fix:
+                            os.rmdir(dirpath)
+                counts = dict(state.execute("SELECT key, value FROM Settings WHERE key IN ('count', 'size')"))
+                (actual_count, actual_size), = state.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM Cache"
+                ).fetchall()
+                for name, actual in (("count", actual_count), ("size", actual_size)):
+                    if counts.get(name) != actual:
+                        warnings.warn(f"Settings.{name} != actual {name}; {counts.get(name)} != {actual}")
+                        if fix:
+                            state.execute("UPDATE Settings SET value = ? WHERE key = ?", (actual, name))
+        return found
+
+    # --- iteration ---------------------------------------------------------------------------
+
+    def iterkeys(self, reverse: bool = False) -> Iterator[Any]:
+        """Iterate keys in database sort order (by type, then value), expired ones included."""
+        first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
+        rows = self._read(first)
+        while rows:
+            for db_key, raw in rows:
+                yield self._disk.get(db_key, raw)
+            db_key, raw = rows[-1]
+            rows = self._read(following, (db_key, raw, db_key, _BATCH))
+
+    def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
+        ((max_rowid,),) = self._read("SELECT MAX(rowid) FROM Cache")
+        if max_rowid is None:
+            return
+        low, high = 0, max_rowid + 1
+        while True:
+            rows = self._read(sql.ROWS_ASC if ascending else sql.ROWS_DESC, (low, high, _BATCH))
+            if not rows:
+                return
+            for _, db_key, raw in rows:
+                yield self._disk.get(db_key, raw)
+            if ascending:
+                low = rows[-1][0]
+            else:
+                high = rows[-1][0]
+
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate keys in insertion order, expired items included."""
+        return self._iter_rowid(ascending=True)
+
+    def __reversed__(self) -> Iterator[Any]:
+        """Iterate keys in reverse insertion order, expired items included."""
+        return self._iter_rowid(ascending=False)
+
+    def __len__(self) -> int:
+        """Count of items, expired items included."""
+        return self._read(sql.COUNT)[0][0]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write batched reads, then close this thread's connection (reopened on next use)."""
+        try:
+            self.flush_access_log()
+        except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
+            pass
+        self._pool.close_current()
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self._directory, self._timeout, type(self._disk), self._code_only)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        directory, timeout, disk, code_only = state
+        self.__init__(directory, timeout, disk, **code_only)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._directory!r})"

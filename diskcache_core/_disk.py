@@ -1,0 +1,488 @@
+"""Serialization: keys to database keys, values to inline columns or value files.
+
+A `Disk` turns a key into ``(db_key, raw)`` and a value into ``(size, mode, filename, db_value)``,
+and back. The interface (``put/get/store/fetch/filename/remove/hash``) is python-diskcache's, so
+custom Disk subclasses written for it keep working.
+
+Modes: the low four bits say what the bytes are (raw column value, binary, UTF-8 text, pickle);
+the next four name the compressor, if any. Value files are written under a temporary name and
+renamed into place, so a file a row names is always complete (invariant 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import os.path as op
+import pickle
+import pickletools
+import struct
+import zlib
+from typing import Any, BinaryIO, Callable, Iterable
+
+from ._errors import DiskCacheError, UnsafePickleError, UnsafeValueFileError
+
+__all__ = [
+    "Constant",
+    "Disk",
+    "ENOVAL",
+    "JSONDisk",
+    "MODE_BINARY",
+    "MODE_NONE",
+    "MODE_PICKLE",
+    "MODE_RAW",
+    "MODE_TEXT",
+    "SafeDisk",
+    "UNKNOWN",
+]
+
+
+class Constant(tuple):
+    """A named sentinel that pickles and compares by identity of name (python-diskcache's shape)."""
+
+    def __new__(cls, name: str) -> "Constant":
+        return tuple.__new__(cls, (name,))
+
+    def __repr__(self) -> str:
+        return self[0]
+
+
+ENOVAL = Constant("ENOVAL")
+UNKNOWN = Constant("UNKNOWN")
+
+MODE_NONE = 0
+MODE_RAW = 1
+MODE_BINARY = 2
+MODE_TEXT = 3
+MODE_PICKLE = 4
+_BASE_MODE_MASK = 0x0F
+_CODEC_SHIFT = 4
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_CHUNK_SIZE = 2**22
+_OPEN_RETRIES = 10
+
+
+# --- compression ---------------------------------------------------------------------------
+
+
+class _Codec:
+    """One compressor: an id stored in the mode bits, and its two functions."""
+
+    def __init__(
+        self,
+        name: str,
+        codec_id: int,
+        compress: Callable[[bytes, int | None], bytes],
+        decompress: Callable[[bytes], bytes],
+    ) -> None:
+        self.name = name
+        self.codec_id = codec_id
+        self.compress = compress
+        self.decompress = decompress
+
+
+def _zlib_codec() -> _Codec:
+    return _Codec(
+        "zlib",
+        1,
+        lambda data, level: zlib.compress(data, -1 if level is None else level),
+        zlib.decompress,
+    )
+
+
+def _zstd_codec() -> _Codec:
+    import zstandard  # optional dependency, imported only when asked for
+
+    decompressor = zstandard.ZstdDecompressor()
+
+    def compress(data: bytes, level: int | None) -> bytes:
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
+
+    return _Codec("zstd", 2, compress, decompressor.decompress)
+
+
+def _lz4_codec() -> _Codec:
+    import lz4.frame  # optional dependency, imported only when asked for
+
+    def compress(data: bytes, level: int | None) -> bytes:
+        return lz4.frame.compress(data, compression_level=0 if level is None else level)
+
+    return _Codec("lz4", 3, compress, lz4.frame.decompress)
+
+
+_CODEC_FACTORIES: dict[str, tuple[int, Callable[[], _Codec], str]] = {
+    "zlib": (1, _zlib_codec, "the standard library"),
+    "zstd": (2, _zstd_codec, "pip install zstandard"),
+    "lz4": (3, _lz4_codec, "pip install lz4"),
+}
+_CODEC_NAMES_BY_ID = {codec_id: name for name, (codec_id, _, _) in _CODEC_FACTORIES.items()}
+_loaded_codecs: dict[str, _Codec] = {}
+
+
+def _codec(name: str) -> _Codec:
+    """The codec called `name`, imported on first use, with a clear error when unavailable."""
+    codec = _loaded_codecs.get(name)
+    if codec is None:
+        try:
+            _, factory, install = _CODEC_FACTORIES[name]
+        except KeyError:
+            choices = ", ".join(sorted(_CODEC_FACTORIES))
+            raise ValueError(f"unknown compressor {name!r}; choose one of: {choices}") from None
+        try:
+            codec = factory()
+        except ImportError as exc:
+            raise DiskCacheError(f"compressor {name!r} is not installed ({install})") from exc
+        _loaded_codecs[name] = codec
+    return codec
+
+
+# --- Disk ----------------------------------------------------------------------------------
+
+
+class Disk:
+    """Cache key and value serialization for the SQLite database and value files.
+
+    Native ``int`` (64-bit), ``float``, ``str`` and ``bytes`` are stored as they are; other
+    objects are pickled. Values whose serialized size reaches `min_file_size` go to a value file.
+    With `compress` (``'zlib'``, ``'zstd'`` or ``'lz4'``), serialized values of at least
+    `compress_threshold` bytes are compressed when that makes them smaller.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        min_file_size: int = 0,
+        pickle_protocol: int = 0,
+        compress: str | None = None,
+        compress_level: int | None = None,
+        compress_threshold: int = 1024,
+    ) -> None:
+        self._directory = directory
+        self._real_directory = op.realpath(directory)
+        self.min_file_size = min_file_size
+        self.pickle_protocol = pickle_protocol
+        self.compress_level = compress_level
+        self.compress_threshold = compress_threshold
+        self.compress = compress
+
+    # `compress` is a property so that Cache.reset('disk_compress', ...) revalidates it.
+    @property
+    def compress(self) -> str | None:
+        """Name of the compressor for new values, or None."""
+        return self._codec.name if self._codec is not None else None
+
+    @compress.setter
+    def compress(self, name: str | None) -> None:
+        self._codec = None if name is None else _codec(name)
+
+    # -- keys --
+
+    def hash(self, key: Any) -> int:
+        """A portable 64-bit hash of `key`: the same in every process and Python version.
+
+        Keys that the database treats as equal hash equally (``1`` and ``1.0``).
+        """
+        db_key, raw = self.put(key)
+        kind = type(db_key)
+        if kind is float and db_key.is_integer() and _INT64_MIN <= db_key <= _INT64_MAX:
+            db_key, kind = int(db_key), int
+        if kind is bytes:
+            data = (b"b" if raw else b"p") + db_key
+        elif kind is str:
+            data = b"s" + db_key.encode("utf-8")
+        elif kind is int:
+            data = b"i" + struct.pack("<q", db_key)
+        else:
+            data = b"f" + struct.pack("<d", db_key)
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        """Convert `key` to the ``(db_key, raw)`` pair stored in the Cache table."""
+        kind = type(key)
+        if kind is bytes or kind is str or kind is float:
+            return key, True
+        if kind is int and _INT64_MIN <= key <= _INT64_MAX:
+            return key, True
+        data = self._dumps(key)
+        return pickletools.optimize(data), False
+
+    def get(self, key: Any, raw: bool) -> Any:
+        """Convert a ``(db_key, raw)`` pair from the Cache table back to the key."""
+        if raw:
+            return key
+        return self._loads(key)
+
+    # -- values --
+
+    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, str | None, Any]:
+        """Convert `value` to ``(size, mode, filename, db_value)`` for the Cache table.
+
+        `size` is the number of bytes in the value file (0 for inline values). With `read`,
+        `value` is a binary file object whose contents are streamed into a value file.
+        """
+        kind = type(value)
+        if kind is bytes or kind is str:
+            if len(value) < self.min_file_size and (
+                self._codec is None or len(value) < self.compress_threshold
+            ):
+                return 0, MODE_RAW, None, value
+            if kind is bytes:
+                return self._store_serialized(value, MODE_BINARY, key, value)
+            return self._store_serialized(value.encode("utf-8"), MODE_TEXT, key, value)
+        if kind is float or (kind is int and _INT64_MIN <= value <= _INT64_MAX):
+            return 0, MODE_RAW, None, value
+        if read:
+            read_chunk = getattr(value, "read", None)
+            if read_chunk is None:
+                raise TypeError(f"read=True needs a binary file object, not {kind.__name__}")
+            filename, full_path = self.filename(key, value)
+            size = self._write(full_path, iter(lambda: read_chunk(_CHUNK_SIZE), b""))
+            return size, MODE_BINARY, filename, None
+        return self._store_serialized(self._dumps(value), MODE_PICKLE, key, value)
+
+    def _store_serialized(
+        self, data: bytes, mode: int, key: Any, value: Any
+    ) -> tuple[int, int, str | None, Any]:
+        codec = self._codec
+        if codec is not None and len(data) >= self.compress_threshold:
+            packed = codec.compress(data, self.compress_level)
+            if len(packed) < len(data):
+                data = packed
+                mode |= codec.codec_id << _CODEC_SHIFT
+        if len(data) < self.min_file_size:
+            if mode == MODE_BINARY or mode == MODE_TEXT:
+                return 0, MODE_RAW, None, value  # uncompressed after all: the native column value
+            return 0, mode, None, data
+        filename, full_path = self.filename(key, value)
+        size = self._write(full_path, (data,))
+        return size, mode, filename, None
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        """Convert ``(mode, filename, db_value)`` from the Cache table back to the value.
+
+        With `read`, bytes values come back as a binary file object. Raises
+        FileNotFoundError when the value file is gone (the item was replaced meanwhile).
+        """
+        if mode == MODE_RAW:
+            if read and type(value) is bytes:
+                return io.BytesIO(value)
+            return value
+        base = mode & _BASE_MODE_MASK
+        codec_id = mode >> _CODEC_SHIFT
+        if filename is not None:
+            if read and base == MODE_BINARY and not codec_id:
+                return open(self._checked_path(filename), "rb")
+            data = self._read_file(filename)
+        else:
+            data = value
+        if codec_id:
+            data = self._decompress(codec_id, data)
+        if base == MODE_BINARY:
+            return io.BytesIO(data) if read else data
+        if base == MODE_TEXT:
+            return data.decode("utf-8")
+        if base == MODE_PICKLE:
+            return self._loads(data)
+        raise DiskCacheError(f"unknown value mode {mode} in the cache database")
+
+    # -- files --
+
+    def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
+        """A new random value-file name (two fan-out directory levels) and its full path."""
+        hex_name = os.urandom(16).hex()
+        filename = op.join(hex_name[:2], hex_name[2:4], hex_name[4:] + ".val")
+        return filename, op.join(self._directory, filename)
+
+    def remove(self, file_path: str) -> None:
+        """Remove value file `file_path` (relative) and prune its emptied directories.
+
+        Safe across threads and processes: a file or directory already gone is not an error.
+        A path outside the cache directory raises UnsafeValueFileError and removes nothing.
+        """
+        full_path = self._checked_path(file_path)
+        try:
+            os.remove(full_path)
+        except FileNotFoundError:
+            pass
+        parent = op.dirname(full_path)
+        for _ in range(2):  # the two fan-out levels, never the cache directory itself
+            if parent == self._real_directory:
+                break
+            try:
+                os.rmdir(parent)
+            except OSError:
+                break
+            parent = op.dirname(parent)
+
+    def _checked_path(self, filename: str) -> str:
+        """Full path of `filename`, refusing any that resolves outside the cache directory."""
+        full_path = op.realpath(op.join(self._real_directory, filename))
+        if not full_path.startswith(self._real_directory + os.sep):
+            raise UnsafeValueFileError(
+                f"refusing value file {filename!r}: it resolves outside the cache directory"
+            )
+        return full_path
+
+    def _read_file(self, filename: str) -> bytes:
+        with open(self._checked_path(filename), "rb") as reader:
+            return reader.read()
+
+    def _write(self, full_path: str, chunks: Iterable[bytes]) -> int:
+        """Write `chunks` to `full_path` atomically: a temporary name, then a rename."""
+        temp_path = full_path + ".tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        for attempt in range(_OPEN_RETRIES):
+            try:
+                fd = os.open(temp_path, flags, 0o600)
+                break
+            except FileNotFoundError:
+                # The fan-out directory is missing, or another process pruned it just now.
+                if attempt == _OPEN_RETRIES - 1:
+                    raise
+                os.makedirs(op.dirname(temp_path), mode=0o700, exist_ok=True)
+        size = 0
+        try:
+            with open(fd, "wb", closefd=True) as writer:
+                for chunk in chunks:
+                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                        raise TypeError(
+                            f"read=True needs a binary file object; read() gave {type(chunk).__name__}"
+                        )
+                    writer.write(chunk)
+                    size += len(chunk)
+            os.rename(temp_path, full_path)
+        except BaseException:
+            try:
+                os.remove(temp_path)
+            except OSError:
+                pass
+            raise
+        return size
+
+    # -- pickling --
+
+    def _dumps(self, obj: Any) -> bytes:
+        try:
+            return pickle.dumps(obj, protocol=self.pickle_protocol)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise TypeError(f"cannot serialize {type(obj).__qualname__} object: {exc}") from exc
+
+    def _loads(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+    @staticmethod
+    def _decompress(codec_id: int, data: bytes) -> bytes:
+        name = _CODEC_NAMES_BY_ID.get(codec_id)
+        if name is None:
+            raise DiskCacheError(f"unknown compressor id {codec_id} in the cache database")
+        return _codec(name).decompress(data)
+
+
+class JSONDisk(Disk):
+    """Keys and values as JSON, compressed with zlib at `compress_level` (0-9; 1 is fastest).
+
+    JSON keeps data readable by other languages and never runs code on load; tuples come back
+    as lists.
+    """
+
+    def __init__(self, directory: str, compress_level: int = 1, **kwargs: Any) -> None:
+        super().__init__(directory, **kwargs)
+        self.json_compress_level = compress_level
+
+    def _pack(self, obj: Any) -> bytes:
+        try:
+            text = json.dumps(obj)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"JSONDisk cannot serialize {type(obj).__qualname__}: {exc}") from exc
+        return zlib.compress(text.encode("utf-8"), self.json_compress_level)
+
+    @staticmethod
+    def _unpack(data: bytes) -> Any:
+        return json.loads(zlib.decompress(data).decode("utf-8"))
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        return super().put(self._pack(key))
+
+    def get(self, key: Any, raw: bool) -> Any:
+        return self._unpack(super().get(key, raw))
+
+    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, str | None, Any]:
+        if not read:
+            value = self._pack(value)
+        return super().store(value, read, key=key)
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        data = super().fetch(mode, filename, value, read)
+        if read:
+            return data
+        return self._unpack(data)
+
+
+# --- SafeDisk ------------------------------------------------------------------------------
+
+_SAFE_GLOBALS = frozenset(
+    {
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "complex"),
+        ("builtins", "bytearray"),
+        ("builtins", "slice"),
+        ("builtins", "range"),
+        ("_codecs", "encode"),  # how protocols 0-2 spell bytes
+        ("copyreg", "_reconstructor"),  # protocols 0-1 objects; the classes are still checked
+        ("datetime", "date"),
+        ("datetime", "time"),
+        ("datetime", "datetime"),
+        ("datetime", "timedelta"),
+        ("datetime", "timezone"),
+        ("decimal", "Decimal"),
+        ("uuid", "UUID"),
+        ("uuid", "SafeUUID"),
+    }
+)
+_SAFE_BUILTIN_TYPES = frozenset({"object", "int", "float", "str", "bytes", "tuple", "list", "dict", "bool"})
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, file: BinaryIO, allowed: frozenset[tuple[str, str]]) -> None:
+        super().__init__(file)
+        self._allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._allowed or (
+            module == "builtins" and name in _SAFE_BUILTIN_TYPES
+        ):
+            return super().find_class(module, name)
+        raise UnsafePickleError(
+            f"refusing to unpickle {module}.{name}: not on SafeDisk's allow-list"
+            " (name the type in disk_allowed_types to allow it)"
+        )
+
+
+class SafeDisk(Disk):
+    """A Disk whose unpickling admits only an allow-list of types.
+
+    Builtin scalars and containers, the datetime types, Decimal and UUID, plus the classes named
+    in `allowed_types`, are loaded; any other global in a pickle raises UnsafePickleError. Use it
+    when someone else can write to the cache directory: a planted pickle cannot run code.
+
+    The allow-list comes from code only (``Cache(..., disk=SafeDisk,
+    disk_allowed_types=[MyType])``); it is never read from the cache database.
+    """
+
+    def __init__(self, directory: str, allowed_types: Iterable[type] = (), **kwargs: Any) -> None:
+        super().__init__(directory, **kwargs)
+        allowed = set(_SAFE_GLOBALS)
+        for allowed_type in allowed_types:
+            if not isinstance(allowed_type, type):
+                raise TypeError(f"allowed_types must hold classes, not {allowed_type!r}")
+            allowed.add((allowed_type.__module__, allowed_type.__qualname__))
+        self._allowed = frozenset(allowed)
+        self.allowed_types = tuple(allowed_types)
+
+    def _loads(self, data: bytes) -> Any:
+        return _RestrictedUnpickler(io.BytesIO(data), self._allowed).load()
