@@ -39,6 +39,7 @@ class AccessLog:
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
+        _logs.add(self)
 
     @property
     def active(self) -> bool:
@@ -143,6 +144,7 @@ class _Flusher:
 
 
 _flusher = _Flusher()
+_logs: "weakref.WeakSet[AccessLog]" = weakref.WeakSet()
 
 
 def schedule_flush(cache: _Flushable, now: bool = False) -> None:
@@ -153,6 +155,9 @@ def schedule_flush(cache: _Flushable, now: bool = False) -> None:
 def _after_fork_in_child() -> None:
     global _flusher
     _flusher = _Flusher()
+    for log in list(_logs):
+        log.reset_after_fork()
+_logs: "weakref.WeakSet[AccessLog]" = weakref.WeakSet()
 
 
 @atexit.register

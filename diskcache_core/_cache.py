@@ -127,19 +127,27 @@ class Cache:
         self._pool.read_only = not os.access(directory, os.W_OK)
         self._local = self._pool.local
 
-        stored = self._open_database(checked, disk)
+        self._open_database(checked, disk)
         self._access = AccessLog(sql.EVICTION_POLICY[self.eviction_policy]["get"], self.statistics)
         self._track_reads = self._access.active
         self._unchecked = 0  # bytes written since the last size/expiry check
         self._check_every = self._check_interval()
         if self._track_reads:
             schedule_flush(self)
-        del stored
 
     # --- opening -----------------------------------------------------------------------------
 
-    def _open_database(self, checked: dict[str, Any], disk: type[Disk]) -> dict[str, Any]:
+    def _open_database(self, checked: dict[str, Any], disk: type[Disk]) -> None:
         con = self._pool.connect(timeout=max(self._timeout, _SETUP_TIMEOUT))
+        if self._pool.read_only:
+            try:
+                con.execute("SELECT 1 FROM sqlite_master").fetchall()
+            except sqlite3.OperationalError:
+                # Read-only media: SQLite cannot create the WAL index (-shm) there, and nothing
+                # can change the file, so open it as immutable.
+                con.close()
+                self._pool.immutable = True
+                con = self._pool.connect()
         try:
             stored = self._read_settings(con)
             wanted = dict(sql.DEFAULT_SETTINGS)
@@ -157,7 +165,13 @@ class Cache:
             self._plain_fetch = type(self._disk).fetch is Disk.fetch
             self._native_numbers = self._plain_fetch and type(self._disk).store is Disk.store
             if self._pool.read_only:
-                return stored
+                changed = sorted(n for n, v in checked.items() if stored.get(n, object()) != v)
+                if changed or not stored:
+                    raise DatabaseError(
+                        f"cache directory {self._directory!r} is read-only: cannot"
+                        + (f" change settings {changed}" if stored else " create a cache")
+                    )
+                return
             if not stored:
                 self._set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"])
             self._set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"])
@@ -166,7 +180,6 @@ class Cache:
             raise translate_sqlite_error(exc) from exc
         finally:
             con.close()
-        return stored
 
     def _read_settings(self, con: sqlite3.Connection) -> dict[str, Any]:
         def read() -> dict[str, Any]:
@@ -718,7 +731,7 @@ class Cache:
         """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
         _side(side, ("front", "back"))
         low, high = _key_range(prefix)
-        for _ in range(2**31):  # each pass removes a row, so this ends with the queue
+        while True:  # each pass removes a row, so this ends when the queue does
             now = _now()
             rows = self._write(sql.QUEUE_PULL[side], (low, high), retry, settle=False).fetchall()
             state = self._state()
@@ -735,7 +748,6 @@ class Cache:
                 return _shape((db_key, value), db_expire, db_tag, expire_time, tag)
             finally:
                 self._settle(state)
-        raise AssertionError("unreachable")
 
     def peek(
         self,
@@ -756,7 +768,7 @@ class Cache:
                 return _shape(default, None, None, expire_time, tag)
             rowid, db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
             if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_ROWID, (rowid,), retry)
+                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
                 value = self._disk.fetch(mode, filename, db_value, False)
@@ -774,7 +786,7 @@ class Cache:
                 raise KeyError("dictionary is empty")
             rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
             if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_ROWID, (rowid,), retry)
+                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
                 value = self._disk.fetch(mode, filename, db_value, False)

@@ -52,13 +52,14 @@ class ConnectionPool:
         self._states: list[ThreadState] = []
         self._lock = threading.Lock()
         self.read_only = False
+        self.immutable = False  # read-only media without a WAL index: see Cache._open_database
         _live_pools.add(self)
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
         """A new connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``)."""
         wait = self.timeout if timeout is None else timeout
         if self.read_only:
-            uri = "file:" + self.path + "?mode=ro"
+            uri = "file:" + self.path + ("?mode=ro&immutable=1" if self.immutable else "?mode=ro")
             return sqlite3.connect(uri, timeout=wait, isolation_level=None, uri=True,
                                    check_same_thread=False)
         return sqlite3.connect(self.path, timeout=wait, isolation_level=None,

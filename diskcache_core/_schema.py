@@ -139,6 +139,9 @@ INCR_UPSERT = (
     " RETURNING value"
 )
 DELETE_ROWID = "DELETE FROM Cache WHERE rowid = ?"
+DELETE_EXPIRED_ROWID = (
+    "DELETE FROM Cache WHERE rowid = ? AND expire_time IS NOT NULL AND expire_time < ?"
+)
 
 # Queues: keys in (low, high) exclusive, raw, in key order.
 _QUEUE_RANGE = "FROM Cache WHERE ? < key AND key < ? AND raw = 1 ORDER BY key "

@@ -1,0 +1,72 @@
+"""Invariant 5: an existing cache opens and reads on read-only media, and writes fail clearly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import diskcache_core as dc
+
+
+def _mount_read_only(source: Path, target: Path) -> bool:
+    """Bind-mount `source` read-only at `target`; False where this machine does not allow it."""
+    if os.geteuid() != 0:
+        return False
+    target.mkdir()
+    try:
+        subprocess.run(["mount", "--bind", str(source), str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    try:
+        subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(target)], check=True, capture_output=True
+        )
+    except subprocess.CalledProcessError:
+        subprocess.run(["umount", str(target)], check=False)
+        return False
+    return True
+
+
+@pytest.fixture
+def read_only_cache_dir(tmp_path: Path) -> Iterator[Path]:
+    source = tmp_path / "cache"
+    with dc.Cache(source, size_limit=2**24) as cache:
+        cache.set("small", 1)
+        cache.set("big", b"x" * 100_000)
+        cache.set("text", "hello", tag="greeting")
+    target = tmp_path / "mounted"
+    if not _mount_read_only(source, target):
+        pytest.skip("read-only bind mounts need root and mount permission")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def test_reads_work_on_read_only_media(read_only_cache_dir: Path) -> None:
+    cache = dc.Cache(read_only_cache_dir)
+    assert cache.get("small") == 1
+    assert cache.get("big") == b"x" * 100_000
+    assert cache.get("text", tag=True) == ("hello", "greeting")
+    assert "small" in cache and "missing" not in cache
+    assert len(cache) == 3
+    assert sorted(cache) == ["big", "small", "text"]
+    assert cache.size_limit == 2**24
+    cache.close()
+
+
+def test_writes_on_read_only_media_raise(read_only_cache_dir: Path) -> None:
+    cache = dc.Cache(read_only_cache_dir)
+    with pytest.raises(dc.DatabaseError, match="readonly"):
+        cache.set("new", 1)
+    assert "new" not in cache
+    cache.close()
+
+
+def test_changing_settings_on_read_only_media_raises(read_only_cache_dir: Path) -> None:
+    with pytest.raises(dc.DatabaseError, match="read-only.*size_limit"):
+        dc.Cache(read_only_cache_dir, size_limit=5)
