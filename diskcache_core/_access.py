@@ -1,10 +1,12 @@
-"""Reads recorded in memory and written in batches: LRU times, LFU counts, hits and misses.
+"""Eviction bookkeeping recorded in memory and written in batches.
 
-python-diskcache opens a write transaction on every get under the LRU/LFU policies or with
-statistics on, which serialises readers behind writers. Here a get only updates a dict; a
-background thread per process writes the batch at most `FLUSH_INTERVAL` seconds later (sooner
-when the batch grows large), and close() writes what is left. Eviction order across processes
-is therefore approximate within that delay — the trade-off this module exists for.
+What the eviction policy orders by — LRU access times, LFU counts, the store time an overwrite
+refreshes under least-recently-stored — and the hit/miss statistics. python-diskcache opens a
+write transaction on every get under LRU/LFU or with statistics on, and every overwrite moves
+an index entry; here a get or an overwrite only updates a dict, and a background thread per
+process writes the batch at most `FLUSH_INTERVAL` seconds later (sooner when it grows large);
+close() and every cull write what is left. Eviction order across processes is therefore
+approximate within that delay — the trade-off this module exists for.
 """
 
 from __future__ import annotations
@@ -22,37 +24,58 @@ FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the d
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
 _MAX_PENDING = 200_000  # keys kept when flushes keep failing; older LRU times are dropped
 
-_ACCESS_TIME = (
-    "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
-)
-_ACCESS_COUNT = "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3"
+# Per eviction policy: the column a read refreshes, and the column a write refreshes.
+POLICY_COLUMNS: dict[str, tuple[str | None, str | None]] = {
+    "none": (None, None),
+    "least-recently-stored": (None, "store_time"),
+    "least-recently-used": ("access_time", "access_time"),
+    "least-frequently-used": ("access_count", None),
+}
+_UPDATES = {
+    "store_time": "UPDATE Cache SET store_time = ?1 WHERE key = ?2 AND raw = ?3 AND store_time < ?1",
+    "access_time": (
+        "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
+    ),
+    "access_count": "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3",
+}
 _ADD_STAT = "UPDATE Settings SET value = value + ? WHERE key = ?"
 
 
 class AccessLog:
-    """One cache's not-yet-written reads in this process."""
+    """One cache's not-yet-written reads and store-time refreshes in this process."""
 
-    def __init__(self, column: str | None, statistics: bool) -> None:
-        self.column = column  # 'access_time', 'access_count' or None (policy needs nothing)
-        self.statistics = statistics
+    def __init__(self, policy: str, statistics: bool) -> None:
         self.pending: dict[tuple[Any, Any], float] = {}
         self.hits = 0
         self.misses = 0
+        self.statistics = bool(statistics)
         self._lock = threading.Lock()
+        self.set_policy(policy)
         _logs.add(self)
 
+    def set_policy(self, policy: str) -> None:
+        """Follow the cache's eviction policy; what was pending for the old one is dropped."""
+        self.read_column, self.write_column = POLICY_COLUMNS[policy]
+        self.column = self.read_column or self.write_column
+        self.pending = {}
+
     @property
-    def active(self) -> bool:
-        """Whether reads need recording at all (the get path skips this class otherwise)."""
-        return self.column is not None or bool(self.statistics)
+    def tracks_reads(self) -> bool:
+        """Whether gets need recording at all (the get path skips this class otherwise)."""
+        return self.read_column is not None or self.statistics
+
+    @property
+    def tracks_writes(self) -> bool:
+        """Whether writes refresh a policy column through this log."""
+        return self.write_column is not None
 
     def record(self, db_key: Any, raw: Any, hit: bool, now: float) -> bool:
         """Note one read; return True when the batch is large enough to flush early."""
         pending = self.pending
         if hit:
-            if self.column == "access_time":
+            if self.read_column == "access_time":
                 pending[(db_key, raw)] = now
-            elif self.column == "access_count":
+            elif self.read_column == "access_count":
                 key = (db_key, raw)
                 with self._lock:
                     pending[key] = pending.get(key, 0) + 1
@@ -63,6 +86,16 @@ class AccessLog:
                 else:
                     self.misses += 1
         return len(pending) >= FLUSH_SIZE
+
+    def stored(self, db_key: Any, raw: Any, now: float) -> bool:
+        """Note a write's store/access time; return True when the batch should flush early."""
+        pending = self.pending
+        pending[(db_key, raw)] = now
+        return len(pending) >= FLUSH_SIZE
+
+    def forget(self, db_key: Any, raw: Any) -> None:
+        """The item was removed: its pending bookkeeping must not land on a later row."""
+        self.pending.pop((db_key, raw), None)
 
     def take(self) -> tuple[dict[tuple[Any, Any], float], int, int]:
         """Detach the batch for writing."""
@@ -89,8 +122,8 @@ class AccessLog:
     def write(self, con: sqlite3.Connection, batch: tuple[dict, int, int]) -> None:
         """Write `batch` on `con`, inside the caller's write transaction."""
         pending, hits, misses = batch
-        if pending:
-            statement = _ACCESS_TIME if self.column == "access_time" else _ACCESS_COUNT
+        if pending and self.column is not None:
+            statement = _UPDATES[self.column]
             con.executemany(statement, [(value, key[0], key[1]) for key, value in pending.items()])
         if hits:
             con.execute(_ADD_STAT, (hits, "hits"))

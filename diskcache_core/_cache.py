@@ -24,7 +24,7 @@ from typing import Any, Iterator
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
 from ._connections import ConnectionPool, ThreadState
-from ._disk import ENOVAL, MODE_RAW, Disk
+from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
 from ._errors import (
     DatabaseError,
     EmptyDirWarning,
@@ -119,7 +119,7 @@ class Cache:
         if not op.isdir(directory):
             if op.exists(directory):
                 raise NotADirectoryError(f"cache directory {directory!r} is not a directory")
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            make_private_dirs(directory)
         self._directory = directory
         self._timeout = timeout
         self._code_only = code_only
@@ -128,11 +128,12 @@ class Cache:
         self._local = self._pool.local
 
         self._open_database(checked, disk)
-        self._access = AccessLog(sql.EVICTION_POLICY[self.eviction_policy]["get"], self.statistics)
-        self._track_reads = self._access.active
+        self._access = AccessLog(self.eviction_policy, self.statistics)
+        self._track_reads = self._access.tracks_reads
+        self._track_writes = self._access.tracks_writes
         self._unchecked = 0  # bytes written since the last size/expiry check
         self._check_every = self._check_interval()
-        if self._track_reads:
+        if self._track_reads or self._track_writes:
             schedule_flush(self)
 
     # --- opening -----------------------------------------------------------------------------
@@ -302,9 +303,10 @@ class Cache:
         elif settle:
             if state.released:
                 self._remove_released(state)
-            self._unchecked += charge
-            if self._unchecked >= self._check_every:
-                self._check_size()
+            if charge:  # removals (charge 0) never trigger the size check themselves
+                self._unchecked += charge
+                if self._unchecked >= self._check_every:
+                    self._check_size()
         return cursor
 
     def _write_failed(
@@ -333,9 +335,10 @@ class Cache:
             return
         if state.released:
             self._remove_released(state)
-        self._unchecked += charge
-        if self._unchecked >= self._check_every:
-            self._check_size()
+        if charge:
+            self._unchecked += charge
+            if self._unchecked >= self._check_every:
+                self._check_size()
 
     def _remove_released(self, state: ThreadState) -> None:
         names = list(state.released)
@@ -530,6 +533,8 @@ class Cache:
             filename,
             charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE,
         )
+        if self._track_writes and self._access.stored(db_key, raw, now):
+            schedule_flush(self, now=True)
         return True
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -558,6 +563,8 @@ class Cache:
             retry, filename, charge,
         )
         if cursor.rowcount == 1:
+            if self._track_writes and self._access.stored(db_key, raw, now):
+                schedule_flush(self, now=True)
             return True
         if filename is not None:
             self._forget_new_file(filename)
@@ -592,18 +599,21 @@ class Cache:
         if self._native_numbers and (
             kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)
         ):
+            now = _now()
             if default is None:
-                statement, params = sql.INCR_NATIVE, (delta, _now(), db_key, raw)
+                statement, params = sql.INCR_NATIVE, (delta, now, db_key, raw)
             else:
                 start = default + delta
                 if not (type(start) is float or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)):
                     return self._incr_slow(key, db_key, raw, delta, default, retry)
                 statement = sql.INCR_UPSERT
-                params = (delta, _now(), db_key, raw, start)
+                params = (delta, now, db_key, raw, start)
             cursor = self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE, settle=False)
             rows = cursor.fetchall()
             self._settle(self._state(), _MIN_WRITE_CHARGE)
             if rows:
+                if self._track_writes and self._access.stored(db_key, raw, now):
+                    schedule_flush(self, now=True)
                 return rows[0][0]
         return self._incr_slow(key, db_key, raw, delta, default, retry)
 
@@ -655,6 +665,8 @@ class Cache:
         cursor = self._write(sql.POP_ITEM, (db_key, raw), retry, settle=False)
         rows = cursor.fetchall()
         state = self._state()
+        if rows and self._access.column is not None:
+            self._access.forget(db_key, raw)
         try:
             if rows:
                 db_expire, db_tag, mode, filename, db_value = rows[0]
@@ -676,6 +688,8 @@ class Cache:
         cursor = self._write(sql.DELETE_ITEM, (db_key, raw), retry, settle=False)
         rows = cursor.fetchall()
         self._settle(self._state())
+        if rows and self._access.column is not None:
+            self._access.forget(db_key, raw)
         return bool(rows) and (rows[0][0] is None or rows[0][0] > now)
 
     def __delitem__(self, key: Any, retry: bool = True) -> None:
@@ -924,7 +938,7 @@ class Cache:
         if key == "statistics":
             self._access.statistics = bool(value)
         elif key == "eviction_policy":
-            self._access.column = sql.EVICTION_POLICY[value]["get"]
+            self._access.set_policy(value)
             index = sql.EVICTION_POLICY[value]["init"]
             if index is not None and update:
                 self._write(index, (), retry=True)
@@ -932,8 +946,9 @@ class Cache:
             self._check_every = self._check_interval()
         elif key == "tag_index" and update:
             self._write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
-        self._track_reads = self._access.active
-        if self._track_reads:
+        self._track_reads = self._access.tracks_reads
+        self._track_writes = self._access.tracks_writes
+        if self._track_reads or self._track_writes:
             schedule_flush(self)
         return value
 

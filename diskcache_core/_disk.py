@@ -26,6 +26,7 @@ from ._errors import DiskCacheError, UnsafePickleError, UnsafeValueFileError
 
 __all__ = [
     "Constant",
+    "make_private_dirs",
     "Disk",
     "ENOVAL",
     "JSONDisk",
@@ -64,6 +65,29 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
 _OPEN_RETRIES = 10
+
+
+def make_private_dirs(path: str) -> None:
+    """Create `path` and any missing parents owner-only (0700), whatever the umask.
+
+    os.makedirs applies its mode to the last level only (and through the umask), so each
+    level is made here.
+    """
+    missing = []
+    while path and not op.isdir(path):
+        missing.append(path)
+        parent = op.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for level in reversed(missing):
+        try:
+            os.mkdir(level, 0o700)
+        except FileExistsError:
+            if not op.isdir(level):
+                raise
+            continue  # another process made it first
+        os.chmod(level, 0o700)
 
 
 # --- compression ---------------------------------------------------------------------------
@@ -343,7 +367,7 @@ class Disk:
                 # The fan-out directory is missing, or another process pruned it just now.
                 if attempt == _OPEN_RETRIES - 1:
                     raise
-                os.makedirs(op.dirname(temp_path), mode=0o700, exist_ok=True)
+                make_private_dirs(op.dirname(temp_path))
         size = 0
         try:
             with open(fd, "wb", closefd=True) as writer:
@@ -391,14 +415,15 @@ class JSONDisk(Disk):
 
     def __init__(self, directory: str, compress_level: int = 1, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
-        self.json_compress_level = compress_level
+        # python-diskcache's meaning: the zlib level of the JSON (also used by `compress`).
+        self.compress_level = 1 if compress_level is None else compress_level
 
     def _pack(self, obj: Any) -> bytes:
         try:
             text = json.dumps(obj)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"JSONDisk cannot serialize {type(obj).__qualname__}: {exc}") from exc
-        return zlib.compress(text.encode("utf-8"), self.json_compress_level)
+        return zlib.compress(text.encode("utf-8"), self.compress_level)
 
     @staticmethod
     def _unpack(data: bytes) -> Any:

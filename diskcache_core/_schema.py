@@ -40,6 +40,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "sqlite_synchronous": 1,  # NORMAL
     "disk_min_file_size": 2**15,  # 32 KiB
     "disk_pickle_protocol": pickle.HIGHEST_PROTOCOL,
+    "disk_compress": None,  # None, 'zlib', 'zstd' or 'lz4'
+    "disk_compress_level": None,  # None: the compressor's default
+    "disk_compress_threshold": 1024,  # bytes; smaller values are never compressed
 }
 
 # Counters kept in the Settings table by triggers (count, size) or by batched flushes (hits,
@@ -87,11 +90,12 @@ _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
 )
+# An overwrite leaves store_time/access_time/access_count alone: moving their index entries
+# would double the cost of the statement. The refresh is recorded by the AccessLog instead and
+# written in batches (see _access.py).
 _REPLACE_COLUMNS = (
-    " store_time = excluded.store_time, expire_time = excluded.expire_time,"
-    " access_time = excluded.access_time, access_count = 0, tag = excluded.tag,"
-    " size = excluded.size, mode = excluded.mode, filename = excluded.filename,"
-    " value = excluded.value"
+    " expire_time = excluded.expire_time, tag = excluded.tag, size = excluded.size,"
+    " mode = excluded.mode, filename = excluded.filename, value = excluded.value"
 )
 # One statement per set: the row's previous value file is reported by a trigger (see
 # RELEASE_TRIGGERS) and removed once the statement has committed.
@@ -112,7 +116,7 @@ TOUCH = "UPDATE Cache SET expire_time = ? WHERE key = ? AND raw = ? AND " + NOT_
 # incr in one statement when the stored value is a native number and the sum stays a 64-bit
 # integer (SQLite turns an overflowing sum into a REAL; then the Python path takes over).
 INCR_NATIVE = (
-    "UPDATE Cache SET value = value + ?1, store_time = ?2"
+    "UPDATE Cache SET value = value + ?1"
     " WHERE key = ?3 AND raw = ?4 AND mode = 1 AND (expire_time IS NULL OR expire_time > ?2)"
     " AND typeof(value) IN ('integer', 'real')"
     " AND typeof(value + ?1) = CASE WHEN typeof(value) = 'real' OR typeof(?1) = 'real'"
@@ -131,7 +135,7 @@ UPDATE_VALUE = (
 INCR_UPSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) VALUES (?3, ?4, ?2, NULL, ?2, 0, NULL, 0, 1, NULL, ?5)"
-    " ON CONFLICT(key, raw) DO UPDATE SET value = value + ?1, store_time = ?2"
+    " ON CONFLICT(key, raw) DO UPDATE SET value = value + ?1"
     " WHERE mode = 1 AND (expire_time IS NULL OR expire_time > ?2)"
     " AND typeof(value) IN ('integer', 'real')"
     " AND typeof(value + ?1) = CASE WHEN typeof(value) = 'real' OR typeof(?1) = 'real'"

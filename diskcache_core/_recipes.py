@@ -1,0 +1,411 @@
+"""Cross-process synchronization built on a cache: Lock, RLock, BoundedSemaphore, Averager,
+throttle and barrier (python-diskcache's recipes, same signatures).
+
+Every primitive keeps its state in one cache item, changed atomically with ``add`` or inside
+``transact``, so it works across threads and processes sharing the cache directory. What this
+module adds to the peer's recipes:
+
+- ``acquire(blocking=True, timeout=None)`` returns a bool, and ``locked()`` exists on every lock;
+- waiting polls with capped exponential backoff and jitter (1 ms doubling to 50 ms) and reads
+  before it writes, so waiters do not hammer the database write lock the holder needs;
+- with ``expire``, a holder that dies never blocks the others for longer than that: a Lock's
+  item expires, and a BoundedSemaphore keeps one lease per holder, each with its own expiry;
+- a lock is released only by its holder (RuntimeError otherwise), so a holder whose lock
+  expired cannot release the next holder's lock.
+
+Keep lock keys out of eviction's way: use ``eviction_policy='none'`` or a generous size limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator, TypeVar
+
+__all__ = [
+    "Averager",
+    "BoundedSemaphore",
+    "Lock",
+    "RLock",
+    "backoff_delays",
+    "barrier",
+    "full_name",
+    "throttle",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FIRST_DELAY = 0.001  # seconds before the first retry of a contended acquire
+MAX_DELAY = 0.05  # backoff cap: a released lock is noticed within this (plus jitter)
+
+
+def full_name(func: Callable[..., Any]) -> str:
+    """``module.qualname`` of `func`: the default key name of the decorators."""
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def backoff_delays(first: float = FIRST_DELAY, cap: float = MAX_DELAY) -> Iterator[float]:
+    """Endless sleep times for a polling wait: doubling from `first` up to `cap`, jittered.
+
+    The jitter (each delay drawn from its upper half) keeps waiters that started together
+    from polling in lock step.
+    """
+    delay = first
+    while True:
+        yield random.uniform(delay / 2, delay)
+        delay = min(delay * 2, cap)
+
+
+def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) -> bool:
+    """Call `attempt` until it returns True, sleeping with backoff; False on timeout."""
+    if not blocking and timeout is not None:
+        raise ValueError("cannot specify a timeout for a non-blocking acquire")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
+    if attempt():
+        return True
+    if not blocking:
+        return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for delay in backoff_delays():
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            delay = min(delay, remaining)
+        time.sleep(delay)
+        if attempt():
+            return True
+    raise AssertionError("unreachable: backoff_delays never ends")  # pragma: no cover
+
+
+# An RLock owner is a thread of a process. The random part tells apart a process that reuses a
+# dead one's pid (a lock without expiry would otherwise be inherited); a forked child gets its own.
+_process_identity = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _new_process_identity() -> None:
+    global _process_identity
+    _process_identity = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_process_identity)
+
+
+def _owner() -> str:
+    return f"{_process_identity}-{threading.get_ident()}"
+
+
+def _token() -> str:
+    """A value naming one acquisition, unique across processes and time."""
+    return f"{_process_identity}-{uuid.uuid4().hex}"
+
+
+class Averager:
+    """Running average kept in the cache: ``add`` values, read the mean with ``get``.
+
+    >>> average = Averager(cache, 'latency')
+    >>> average.add(0.080); average.add(0.120)
+    >>> average.get()
+    0.1
+    """
+
+    def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
+        self._cache = cache
+        self._key = key
+        self._expire = expire
+        self._tag = tag
+
+    def add(self, value: float) -> None:
+        """Add `value` to the average."""
+        with self._cache.transact(retry=True):
+            total, count = self._cache.get(self._key, default=(0.0, 0))
+            self._cache.set(self._key, (total + value, count + 1), expire=self._expire, tag=self._tag)
+
+    def get(self) -> float | None:
+        """The current average, or None when nothing was added."""
+        total, count = self._cache.get(self._key, default=(0.0, 0), retry=True)
+        return None if count == 0 else total / count
+
+    def pop(self) -> float | None:
+        """Return the current average (None when empty) and delete it."""
+        total, count = self._cache.pop(self._key, default=(0.0, 0), retry=True)
+        return None if count == 0 else total / count
+
+
+class Lock:
+    """Lock shared by the threads and processes using the cache; one item holds it.
+
+    Acquiring adds the item (an atomic insert-if-missing) holding a token for this acquisition;
+    releasing deletes it only if it still holds that token. With `expire`, a holder that dies
+    releases the lock `expire` seconds after acquiring it; choose it above the longest hold.
+
+    >>> lock = Lock(cache, 'report-123', expire=60)
+    >>> with lock:
+    ...     pass
+    """
+
+    def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
+        self._cache = cache
+        self._key = key
+        self._expire = expire
+        self._tag = tag
+        self._token: str | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock; True when taken.
+
+        Waits (polling with backoff) unless `blocking` is False; gives up after `timeout`
+        seconds (None: no limit).
+        """
+        token = _token()
+
+        def attempt() -> bool:
+            # Read first: a waiter takes the write lock only when the lock looks free.
+            if self._key in self._cache:
+                return False
+            return bool(
+                self._cache.add(self._key, token, expire=self._expire, tag=self._tag, retry=True)
+            )
+
+        if not _poll(attempt, blocking, timeout):
+            return False
+        self._token = token
+        return True
+
+    def release(self) -> None:
+        """Release the lock; RuntimeError when this object does not hold it (or it expired)."""
+        token = self._token
+        if token is None:
+            raise RuntimeError("release unlocked lock")
+        self._token = None
+        with self._cache.transact(retry=True):
+            held = self._cache.get(self._key) == token
+            if held:
+                self._cache.delete(self._key)
+        if not held:
+            raise RuntimeError(
+                f"lock {self._key!r} expired before release: another holder may have taken it"
+            )
+
+    def locked(self) -> bool:
+        """True when some thread or process holds the lock."""
+        return self._key in self._cache
+
+    def __enter__(self) -> "Lock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+class RLock:
+    """Re-entrant lock: its owner (one thread of one process) may acquire it again.
+
+    The item holds ``(owner, count)``; each acquire by the owner adds one, each release takes
+    one away and the last deletes the item. Only the owner may release (RuntimeError
+    otherwise). With `expire`, the lock is freed `expire` seconds after the owner's last
+    acquire or release, so a dead owner does not hold it forever.
+    """
+
+    def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
+        self._cache = cache
+        self._key = key
+        self._expire = expire
+        self._tag = tag
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock, or count one more hold if this thread owns it; True when taken."""
+        me = _owner()
+
+        def attempt() -> bool:
+            owner, count = self._cache.get(self._key, default=(None, 0), retry=True)
+            if count and owner != me:
+                return False  # held by another: do not take the write lock to find out
+            with self._cache.transact(retry=True):
+                owner, count = self._cache.get(self._key, default=(None, 0))
+                if count and owner != me:
+                    return False
+                self._cache.set(self._key, (me, count + 1), expire=self._expire, tag=self._tag)
+                return True
+
+        return _poll(attempt, blocking, timeout)
+
+    def release(self) -> None:
+        """Give up one hold; RuntimeError when the calling thread does not own the lock."""
+        me = _owner()
+        with self._cache.transact(retry=True):
+            owner, count = self._cache.get(self._key, default=(None, 0))
+            if owner != me or count <= 0:
+                raise RuntimeError("cannot release un-acquired lock")
+            if count == 1:
+                self._cache.delete(self._key)
+            else:
+                self._cache.set(self._key, (me, count - 1), expire=self._expire, tag=self._tag)
+
+    def locked(self) -> bool:
+        """True when some thread or process holds the lock."""
+        _, count = self._cache.get(self._key, default=(None, 0), retry=True)
+        return count > 0
+
+    def __enter__(self) -> "RLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+class BoundedSemaphore:
+    """Semaphore allowing `value` concurrent holders across threads and processes.
+
+    The item holds one lease per holder, ``{token: expire_time}``. A lease expires `expire`
+    seconds after it was taken, so a holder that dies frees its own slot, whatever the others
+    do (a single counter would leak that slot while the others keep the item fresh).
+    ``release`` returns a lease this object took; releasing more than were taken is a ValueError.
+    """
+
+    def __init__(
+        self, cache: Any, key: Any, value: int = 1, expire: float | None = None, tag: Any = None
+    ) -> None:
+        if type(value) is not int or value < 1:
+            raise ValueError(f"semaphore value must be an int >= 1, not {value!r}")
+        self._cache = cache
+        self._key = key
+        self._value = value
+        self._expire = expire
+        self._tag = tag
+        self._tokens: list[str] = []  # leases this object holds, newest last
+
+    def _live_leases(self, stored: Any) -> dict[str, float | None]:
+        now = time.time()
+        return {token: until for token, until in stored.items() if until is None or until > now}
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take a slot; True when taken (waits with backoff unless `blocking` is False)."""
+        token = _token()
+
+        def attempt() -> bool:
+            if len(self._live_leases(self._cache.get(self._key, default={}, retry=True))) >= self._value:
+                return False  # full: do not take the write lock to find out
+            with self._cache.transact(retry=True):
+                leases = self._live_leases(self._cache.get(self._key, default={}))
+                if len(leases) >= self._value:
+                    return False
+                leases[token] = None if self._expire is None else time.time() + self._expire
+                # The item outlives its newest lease; expired leases are dropped on each write.
+                self._cache.set(self._key, leases, expire=self._expire, tag=self._tag)
+                return True
+
+        if not _poll(attempt, blocking, timeout):
+            return False
+        self._tokens.append(token)
+        return True
+
+    def release(self) -> None:
+        """Give back the newest slot this object took; ValueError if it holds none."""
+        try:
+            token = self._tokens.pop()
+        except IndexError:
+            raise ValueError("semaphore released too many times") from None
+        with self._cache.transact(retry=True):
+            leases = self._live_leases(self._cache.get(self._key, default={}))
+            held = token in leases
+            leases.pop(token, None)
+            if leases:
+                self._cache.set(self._key, leases, expire=self._expire, tag=self._tag)
+            else:
+                self._cache.delete(self._key)
+        if not held:
+            raise ValueError(f"semaphore {self._key!r}: the lease expired before release")
+
+    def locked(self) -> bool:
+        """True when every slot is taken (an acquire would wait)."""
+        leases = self._live_leases(self._cache.get(self._key, default={}, retry=True))
+        return len(leases) >= self._value
+
+    def __enter__(self) -> "BoundedSemaphore":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+def throttle(
+    cache: Any,
+    count: int,
+    seconds: float,
+    name: str | None = None,
+    expire: float | None = None,
+    tag: Any = None,
+    time_func: Callable[[], float] = time.time,
+    sleep_func: Callable[[float], Any] = time.sleep,
+) -> Callable[[F], F]:
+    """Decorator: at most `count` calls per `seconds`, across threads and processes.
+
+    A token bucket in one item: it holds ``(last_time, tokens)``, refills at
+    ``count / seconds`` tokens a second up to `count`, and each call takes one token, sleeping
+    until one is available. A missing item is a full bucket, so a fresh cache starts with a
+    burst of `count` calls (as python-diskcache's does after decoration).
+    """
+    if count <= 0 or seconds <= 0:
+        raise ValueError("throttle needs count > 0 and seconds > 0")
+    rate = count / float(seconds)
+
+    def decorator(func: F) -> F:
+        key = full_name(func) if name is None else name
+
+        def take_token() -> float:
+            """Take a token if one is there (0.0), else return how long to wait for one."""
+            with cache.transact(retry=True):
+                now = time_func()
+                last, tokens = cache.get(key, default=(now, count))
+                tokens = min(count, tokens + (now - last) * rate)
+                if tokens >= 1:
+                    cache.set(key, (now, tokens - 1), expire=expire, tag=tag)
+                    return 0.0
+            return (1 - tokens) / rate
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            delay = take_token()
+            while delay:
+                sleep_func(delay)
+                delay = take_token()
+            return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
+
+
+def barrier(
+    cache: Any,
+    lock_factory: Callable[..., Any],
+    name: str | None = None,
+    expire: float | None = None,
+    tag: Any = None,
+) -> Callable[[F], F]:
+    """Decorator: calls to the function hold a lock (``Lock``, ``RLock``, ``BoundedSemaphore``
+    or any factory ``lock_factory(cache, key, expire=, tag=)``), so they run one at a time
+    (or `value` at a time) across threads and processes."""
+
+    def decorator(func: F) -> F:
+        key = full_name(func) if name is None else name
+        lock = lock_factory(cache, key, expire=expire, tag=tag)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorator
