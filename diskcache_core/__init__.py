@@ -15,11 +15,15 @@ from ._errors import (
     UnsafePickleError,
     UnsafeValueFileError,
 )
+from ._memo import Memoized, memoize_stampede
+from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
 from ._schema import DEFAULT_SETTINGS, EVICTION_POLICY
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Averager",
+    "BoundedSemaphore",
     "Cache",
     "DEFAULT_SETTINGS",
     "DatabaseError",
@@ -29,6 +33,9 @@ __all__ = [
     "EVICTION_POLICY",
     "EmptyDirWarning",
     "JSONDisk",
+    "Lock",
+    "Memoized",
+    "RLock",
     "SafeDisk",
     "Timeout",
     "UNKNOWN",
@@ -36,4 +43,7 @@ __all__ = [
     "UnsafePickleError",
     "UnsafeValueFileError",
     "__version__",
+    "barrier",
+    "memoize_stampede",
+    "throttle",
 ]

@@ -22,10 +22,11 @@ import contextvars
 import functools
 import os
 import threading
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, TypeVar
 
-__all__ = ["AsyncCacheMixin", "ASYNC_METHODS", "run_sync"]
+__all__ = ["AsyncCacheMixin", "run_sync"]
 
 R = TypeVar("R")
 
@@ -82,32 +83,6 @@ def _twin(method: str) -> Callable[..., Coroutine[Any, Any, Any]]:
         " event loop never waits on disk I/O or the database lock."
     )
     return twin
-
-
-# (twin, sync method) pairs: the data methods of the Cache API.
-ASYNC_METHODS = (
-    ("aadd", "add"),
-    ("acheck", "check"),
-    ("aclear", "clear"),
-    ("acontains", "__contains__"),
-    ("acull", "cull"),
-    ("adecr", "decr"),
-    ("adelete", "delete"),
-    ("aevict", "evict"),
-    ("aexpire", "expire"),
-    ("aget", "get"),
-    ("aincr", "incr"),
-    ("apeek", "peek"),
-    ("apeekitem", "peekitem"),
-    ("apop", "pop"),
-    ("apull", "pull"),
-    ("apush", "push"),
-    ("aread", "read"),
-    ("aset", "set"),
-    ("astats", "stats"),
-    ("atouch", "touch"),
-    ("avolume", "volume"),
-)
 
 
 class AsyncCacheMixin:

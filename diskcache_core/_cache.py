@@ -23,7 +23,8 @@ from typing import Any, Iterator
 
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
-from ._connections import ConnectionPool, ThreadState
+from ._async import AsyncCacheMixin
+from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
 from ._errors import (
     DatabaseError,
@@ -34,6 +35,7 @@ from ._errors import (
     is_busy,
     translate_sqlite_error,
 )
+from ._memo import MemoizeDecorator, memoize as _memoize
 
 __all__ = ["Cache"]
 
@@ -84,7 +86,7 @@ def _shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: 
     return (value, tag) if want_tag else value
 
 
-class Cache:
+class Cache(AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it."""
 
     def __init__(
@@ -414,6 +416,20 @@ class Cache:
         with self._transaction(retry):
             yield
 
+    def memoize(
+        self,
+        name: str | None = None,
+        typed: bool = False,
+        expire: float | None = None,
+        tag: Any = None,
+        ignore: Any = (),
+        *,
+        key: Any = None,
+        should_cache: Any = None,
+    ) -> MemoizeDecorator:
+        """Memoizing decorator storing results in this cache; see `diskcache_core._memo.memoize`."""
+        return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
+
     # --- reads -------------------------------------------------------------------------------
 
     def get(
@@ -590,17 +606,22 @@ class Cache:
         A missing key starts from `default` (KeyError when `default` is None). Works like
         Python's ``+``: integers past 64 bits stay exact.
         """
-        if not isinstance(delta, numbers.Number):
-            raise TypeError(f"incr delta must be a number, not {type(delta).__name__}")
-        if default is not None and not isinstance(default, numbers.Number):
+        kind = type(delta)
+        if kind is not int and kind is not float and not isinstance(delta, numbers.Number):
+            raise TypeError(f"incr delta must be a number, not {kind.__name__}")
+        if (
+            default is not None
+            and type(default) is not int
+            and not isinstance(default, numbers.Number)
+        ):
             raise TypeError(f"incr default must be a number or None, not {type(default).__name__}")
         db_key, raw = self._disk.put(key)
-        kind = type(delta)
         if self._native_numbers and (
             kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)
         ):
             now = _now()
             if default is None:
+                start = None
                 statement, params = sql.INCR_NATIVE, (delta, now, db_key, raw)
             else:
                 start = default + delta
@@ -608,13 +629,13 @@ class Cache:
                     return self._incr_slow(key, db_key, raw, delta, default, retry)
                 statement = sql.INCR_UPSERT
                 params = (delta, now, db_key, raw, start)
-            cursor = self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE, settle=False)
-            rows = cursor.fetchall()
-            self._settle(self._state(), _MIN_WRITE_CHARGE)
-            if rows:
+            state = self._state()
+            state.new_value = NO_VALUE
+            if self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE).rowcount == 1:
+                value = state.new_value
                 if self._track_writes and self._access.stored(db_key, raw, now):
                     schedule_flush(self, now=True)
-                return rows[0][0]
+                return start if value is NO_VALUE else value
         return self._incr_slow(key, db_key, raw, delta, default, retry)
 
     def _incr_slow(self, key: Any, db_key: Any, raw: Any, delta: Any, default: Any, retry: bool) -> Any:
@@ -647,7 +668,7 @@ class Cache:
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
-        if not isinstance(delta, numbers.Number):
+        if type(delta) is not int and not isinstance(delta, numbers.Number):
             raise TypeError(f"decr delta must be a number, not {type(delta).__name__}")
         return self.incr(key, -delta, default, retry)
 
@@ -684,13 +705,10 @@ class Cache:
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
         db_key, raw = self._disk.put(key)
-        now = _now()
-        cursor = self._write(sql.DELETE_ITEM, (db_key, raw), retry, settle=False)
-        rows = cursor.fetchall()
-        self._settle(self._state())
-        if rows and self._access.column is not None:
+        deleted = self._write(sql.DELETE_ITEM, (db_key, raw, _now()), retry).rowcount == 1
+        if deleted and self._access.column is not None:
             self._access.forget(db_key, raw)
-        return bool(rows) and (rows[0][0] is None or rows[0][0] > now)
+        return deleted
 
     def __delitem__(self, key: Any, retry: bool = True) -> None:
         """Remove `key`; KeyError when it is missing."""
@@ -918,6 +936,8 @@ class Cache:
         ``sqlite_*`` settings run their pragma; ``disk_*`` settings update the Disk attribute.
         """
         if value is ENOVAL:
+            if key == "count":  # python-diskcache kept the count here; it is counted now
+                return len(self)
             rows = self._read("SELECT value FROM Settings WHERE key = ?", (key,))
             if not rows:
                 raise KeyError(f"no setting or counter named {key!r}")
@@ -1010,15 +1030,12 @@ class Cache:
                         warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning)
                         if fix:
                             os.rmdir(dirpath)
-                counts = dict(state.execute("SELECT key, value FROM Settings WHERE key IN ('count', 'size')"))
-                (actual_count, actual_size), = state.execute(
-                    "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM Cache"
-                ).fetchall()
-                for name, actual in (("count", actual_count), ("size", actual_size)):
-                    if counts.get(name) != actual:
-                        warnings.warn(f"Settings.{name} != actual {name}; {counts.get(name)} != {actual}")
-                        if fix:
-                            state.execute("UPDATE Settings SET value = ? WHERE key = ?", (actual, name))
+                ((stored_size,),) = state.execute("SELECT value FROM Settings WHERE key = 'size'")
+                ((actual_size,),) = state.execute("SELECT COALESCE(SUM(size), 0) FROM Cache")
+                if stored_size != actual_size:
+                    warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}")
+                    if fix:
+                        state.execute("UPDATE Settings SET value = ? WHERE key = 'size'", (actual_size,))
         return found
 
     # --- iteration ---------------------------------------------------------------------------

@@ -15,9 +15,11 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from ._schema import RELEASE_FUNCTION, RELEASE_TRIGGERS
+from ._schema import NEW_VALUE_FUNCTION, RELEASE_FUNCTION, RELEASE_TRIGGERS
 
-__all__ = ["ConnectionPool", "ThreadState"]
+NO_VALUE = object()  # ThreadState.new_value before a statement sets it
+
+__all__ = ["ConnectionPool", "NO_VALUE", "ThreadState"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -27,7 +29,7 @@ _live_pools: "weakref.WeakSet[ConnectionPool]" = weakref.WeakSet()
 class ThreadState:
     """One thread's connection to one cache, and the files its open transaction touched."""
 
-    __slots__ = ("con", "execute", "released", "created", "depth", "thread")
+    __slots__ = ("con", "execute", "released", "created", "depth", "thread", "new_value")
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
         self.con = con
@@ -39,6 +41,13 @@ class ThreadState:
         # Nesting depth of explicit transactions (0: autocommit).
         self.depth = 0
         self.thread = thread
+        # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
+        self.new_value: Any = NO_VALUE
+
+    def capture(self, value: Any) -> Any:
+        """SQL function body: remember `value` and pass it through."""
+        self.new_value = value
+        return value
 
 
 class ConnectionPool:
@@ -75,6 +84,7 @@ class ConnectionPool:
         self._configure(con)
         state = ThreadState(con, threading.current_thread())
         con.create_function(RELEASE_FUNCTION, 1, state.released.append)
+        con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
         for statement in RELEASE_TRIGGERS:
             con.execute(statement)
         with self._lock:

@@ -24,7 +24,11 @@ import random
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "Averager",
@@ -197,11 +201,11 @@ class Lock:
         """True when some thread or process holds the lock."""
         return self._key in self._cache
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -252,13 +256,13 @@ class RLock:
     def locked(self) -> bool:
         """True when some thread or process holds the lock."""
         _, count = self._cache.get(self._key, default=(None, 0), retry=True)
-        return count > 0
+        return bool(count > 0)
 
-    def __enter__(self) -> "RLock":
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -330,11 +334,11 @@ class BoundedSemaphore:
         leases = self._live_leases(self._cache.get(self._key, default={}, retry=True))
         return len(leases) >= self._value
 
-    def __enter__(self) -> "BoundedSemaphore":
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -366,8 +370,8 @@ def throttle(
             """Take a token if one is there (0.0), else return how long to wait for one."""
             with cache.transact(retry=True):
                 now = time_func()
-                last, tokens = cache.get(key, default=(now, count))
-                tokens = min(count, tokens + (now - last) * rate)
+                last, stored = cache.get(key, default=(now, count))
+                tokens: float = min(count, stored + (now - last) * rate)
                 if tokens >= 1:
                     cache.set(key, (now, tokens - 1), expire=expire, tag=tag)
                     return 0.0

@@ -1,0 +1,527 @@
+"""Memoizing decorators backed by a cache: `memoize` and `memoize_stampede`.
+
+Each part is written once and shared by every decorator, every cache type and both kinds of
+function:
+
+- Keys. `make_key` turns a call's arguments into a canonical JSON string: tuples, str, bytes,
+  int, float, bool and None (and lists, dicts, sets of them) encode by value, so equal arguments
+  give the same key in every process and every run. python-diskcache pickles the argument tuple
+  instead, whose bytes depend on object identity (``('ab', 'ab')`` pickles differently when the
+  two strings are one object) and on type (``f(3)`` and ``f(3.0)`` miss each other even
+  untyped). Other types fall back to pickle (fixed protocol).
+- Procedures. A generator per strategy says *what* to do — look up, compute, store, sleep, start
+  a background refresh — by yielding requests, and receives the results.
+- Drivers. `_drive` carries the requests out for a plain function (direct calls, ``time.sleep``,
+  a thread); `_adrive` for an ``async def`` function (awaits the function, runs cache I/O in the
+  thread pool of `_async`, ``asyncio.sleep``, a task), so the event loop never blocks.
+
+The cache is used only through its public methods (``get``, ``set``, ``add``, and for the
+single-flight lock ``__contains__``, ``transact``, ``delete``), so Cache, FanoutCache, Index and
+the Django backend can all hand themselves (or their store) to these functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import inspect
+import math
+import pickle
+import pickletools
+import random
+import sys
+import threading
+import time
+from collections.abc import Generator, Iterable
+from json.encoder import encode_basestring_ascii
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    NamedTuple,
+    Protocol,
+    TypeVar,
+    overload,
+)
+
+from ._async import run_sync
+from ._disk import ENOVAL
+from ._errors import Timeout
+from ._recipes import Lock, backoff_delays, full_name
+
+if TYPE_CHECKING:
+    from typing_extensions import Concatenate, ParamSpec
+elif sys.version_info >= (3, 10):
+    from typing import Concatenate, ParamSpec
+else:  # Python 3.9 at run time: annotations are never evaluated, so a TypeVar can stand in
+    ParamSpec = TypeVar
+
+__all__ = ["MemoizeDecorator", "Memoized", "make_key", "memoize", "memoize_stampede"]
+
+P = ParamSpec("P")
+Q = ParamSpec("Q")
+R = TypeVar("R")
+R2 = TypeVar("R2")
+R_co = TypeVar("R_co", covariant=True)
+S = TypeVar("S")
+
+
+class Memoized(Protocol[P, R_co]):
+    """A memoized function: called like the original, plus ``__cache_key__`` and ``__wrapped__``."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    def __cache_key__(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """The cache key the call with these arguments reads and writes."""
+        ...
+
+    @property
+    def __wrapped__(self) -> Callable[P, R_co]: ...
+
+    # Looked up on an instance, a memoized method binds like a function (``self`` drops out).
+    @overload
+    def __get__(self, instance: None, owner: Any = None, /) -> Memoized[P, R_co]: ...
+
+    @overload
+    def __get__(
+        self: Memoized[Concatenate[S, Q], R2], instance: S, owner: Any = None, /
+    ) -> Callable[Q, R2]: ...
+
+
+class MemoizeDecorator(Protocol):
+    """What `memoize` returns: a decorator keeping the decorated function's signature."""
+
+    def __call__(self, func: Callable[P, R], /) -> Memoized[P, R]: ...
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+_PICKLE_PROTOCOL = 4  # fixed, not the interpreter's default: keys must not change with Python
+# A JSON string literal in ASCII: lone surrogates in a str cannot break the UTF-8 the database wants.
+_quote: Callable[[str], str] = encode_basestring_ascii
+_INT64 = 2**63
+_SPECIAL_FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _encode(value: Any) -> str:
+    """`value` as canonical JSON text: equal for equal values in every process and run.
+
+    Numbers that compare equal encode equally (``1``, ``1.0``, ``True``); `typed` keys add the
+    types. Tuples become JSON arrays; every other container is tagged so none collide. The
+    text is built directly: ``json.dumps`` with options builds a new encoder on every call.
+    """
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int or kind is bool:
+        return _encode_int(int(value))
+    if value is None:
+        return "null"
+    if kind is float:
+        if value.is_integer():
+            return _encode_int(int(value))
+        text = repr(value)  # shortest round-trip form: the same everywhere
+        return _SPECIAL_FLOATS.get(text, text)
+    if kind is tuple:
+        return "[" + ",".join(map(_encode, value)) + "]"
+    if kind is bytes:
+        return '{"bytes":"' + bytes.hex(value) + '"}'
+    if kind is list:
+        return '{"list":[' + ",".join(map(_encode, value)) + "]}"
+    if kind is dict:
+        items = sorted("[" + _encode(k) + "," + _encode(v) + "]" for k, v in value.items())
+        return '{"dict":[' + ",".join(items) + "]}"
+    if kind is set or kind is frozenset:  # {1} == frozenset({1}): one tag for both
+        return '{"set":[' + ",".join(sorted(map(_encode, value))) + "]}"
+    data = pickletools.optimize(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
+    return '{"pickle":"' + base64.b64encode(data).decode("ascii") + '"}'
+
+
+def _encode_int(value: int) -> str:
+    # Decimal up to 64 bits; bigger in hex (str(int) is limited to 4300 digits by default).
+    return str(value) if -_INT64 <= value < _INT64 else '{"int":"' + hex(value) + '"}'
+
+
+def _type_name(kind: type) -> str:
+    return _quote(f"{kind.__module__}.{kind.__qualname__}")
+
+
+def make_key(
+    base: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    typed: bool = False,
+    ignore: Iterable[int | str] = (),
+) -> str:
+    """The cache key of a call: ``[base,[args],[[name,value],...]]`` (+ types), JSON text.
+
+    Keyword arguments are sorted by name. Positions and names in `ignore` are left out. With
+    `typed`, the arguments' type names are appended, so ``f(3)`` and ``f(3.0)`` differ.
+    """
+    if ignore:
+        skip = frozenset(ignore)
+        args = tuple(arg for index, arg in enumerate(args) if index not in skip)
+        kwargs = {name: value for name, value in kwargs.items() if name not in skip}
+    names = sorted(kwargs)
+    text = _quote(base) + ",[" + ",".join(map(_encode, args)) + "],["
+    if names:
+        text += ",".join("[" + _quote(name) + "," + _encode(kwargs[name]) + "]" for name in names)
+    text += "]"
+    if typed:
+        types = [type(arg) for arg in args] + [type(kwargs[name]) for name in names]
+        text += ",[" + ",".join(map(_type_name, types)) + "]"
+    return "[" + text + "]"
+
+
+# --- what every memoized function shares -------------------------------------------------------
+
+
+class _Memo:
+    """One memoized function's cache, key building and storage policy."""
+
+    def __init__(
+        self,
+        cache: Any,
+        func: Callable[..., Any],
+        name: str | None,
+        typed: bool,
+        ignore: Iterable[int | str],
+        key: Callable[..., Any] | None,
+        expire: float | None,
+        tag: Any,
+        should_cache: Callable[[Any], bool] | None,
+    ) -> None:
+        self.cache = cache
+        self.base = full_name(func) if name is None else name
+        self.typed = typed
+        self.ignore = frozenset(ignore)
+        self.key = key
+        self.expire = expire
+        self.tag = tag
+        self.should_cache = should_cache
+
+    def cache_key(self, *args: Any, **kwargs: Any) -> str:
+        """The cache key for a call with these arguments."""
+        if self.key is not None:
+            # Namespaced by the function's name, so two functions sharing a key function
+            # never read each other's results.
+            return "[" + _quote(self.base) + "," + _encode(self.key(*args, **kwargs)) + "]"
+        return make_key(self.base, args, kwargs, self.typed, self.ignore)
+
+    def worth_storing(self, result: Any) -> bool:
+        """False for ``expire=0`` (look up, never store) or when `should_cache` says no."""
+        if self.expire is not None and self.expire <= 0:
+            return False
+        return self.should_cache is None or bool(self.should_cache(result))
+
+    def lookup(self, key: str) -> functools.partial[Any]:
+        return functools.partial(self.cache.get, key, default=ENOVAL, retry=True)
+
+
+def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: Any) -> None:
+    if callable(name):
+        # `@cache.memoize` without parentheses hands the function over as `name`.
+        raise TypeError("name cannot be callable")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
+    if key is not None:
+        if not callable(key):
+            raise TypeError("key must be a callable taking the function's arguments")
+        if typed or ignore:
+            raise ValueError("key= builds the whole key: do not combine it with typed or ignore")
+    if should_cache is not None and not callable(should_cache):
+        raise TypeError("should_cache must be a callable taking the result")
+
+
+# --- procedures --------------------------------------------------------------------------------
+#
+# A procedure yields requests and receives their results: a callable is cache I/O (its return
+# value comes back), `_COMPUTE` calls the wrapped function (its result comes back; an exception it
+# raises is thrown in), `_Sleep` waits, `_Detach` runs another procedure in the background.
+
+Steps = Generator[Any, Any, Any]
+
+
+class _Compute:
+    def __repr__(self) -> str:
+        return "COMPUTE"
+
+
+_COMPUTE = _Compute()
+
+
+class _Sleep(NamedTuple):
+    seconds: float
+
+
+class _Detach(NamedTuple):
+    steps: Steps
+
+
+_LOCK_SUFFIX = "#lock"  # keys are JSON arrays, so a suffixed key is never another call's key
+_REFRESH_SUFFIX = "#refresh"
+
+
+def _compute_and_store(memo: _Memo, key: str, timed: bool) -> Steps:
+    """Call the function and store its result (with its compute time when `timed`)."""
+    start = time.perf_counter()
+    result = yield _COMPUTE
+    if memo.worth_storing(result):
+        value = (result, time.perf_counter() - start) if timed else result
+        yield functools.partial(memo.cache.set, key, value, expire=memo.expire, tag=memo.tag, retry=True)
+    return result
+
+
+def _memoize_steps(memo: _Memo, key: str) -> Steps:
+    """Plain memoization: a hit returns the stored result, a miss computes and stores it."""
+    found = yield memo.lookup(key)
+    if found is not ENOVAL:
+        return found
+    return (yield from _compute_and_store(memo, key, timed=False))
+
+
+def _recompute_early(compute_time: float, beta: float, expire_time: float) -> bool:
+    """XFetch (Vattani et al., VLDB 2015): True with a probability rising towards expiry.
+
+    ``-log(U)`` is exponentially distributed, so a result that takes `compute_time` to compute
+    is refreshed about ``beta * compute_time`` before it expires, by one caller in most cases.
+    """
+    return -compute_time * beta * math.log(1.0 - random.random()) >= expire_time - time.time()
+
+
+def _single_flight(
+    memo: _Memo, key: str, timed: bool, lock_expire: float, wait_timeout: float | None
+) -> Steps:
+    """On a miss: one caller (holding a Lock on the key) computes; the others wait, then read."""
+    lock = Lock(memo.cache, key + _LOCK_SUFFIX, expire=lock_expire)
+    lookup = memo.lookup(key)
+    deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+    delays = backoff_delays()
+    while True:
+        if (yield functools.partial(lock.acquire, blocking=False)):
+            try:
+                found = yield lookup  # the previous holder may have stored it just now
+                if found is not ENOVAL:
+                    return found[0] if timed else found
+                return (yield from _compute_and_store(memo, key, timed))
+            finally:
+                yield functools.partial(_release_quietly, lock)
+        delay = next(delays)
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(f"waited {wait_timeout} s for another caller to compute {key}")
+            delay = min(delay, remaining)
+        yield _Sleep(delay)
+        found = yield lookup
+        if found is not ENOVAL:
+            return found[0] if timed else found
+
+
+def _release_quietly(lock: Lock) -> None:
+    try:
+        lock.release()
+    except RuntimeError:
+        pass  # it expired while computing: the result is still good, and stored
+
+
+def _stampede_steps(
+    memo: _Memo,
+    key: str,
+    beta: float,
+    single_flight: bool,
+    lock_expire: float,
+    wait_timeout: float | None,
+) -> Steps:
+    """XFetch early recomputation on hits; on a miss, compute (once, with `single_flight`)."""
+    pair, expire_time = yield functools.partial(
+        memo.cache.get, key, default=ENOVAL, expire_time=True, retry=True
+    )
+    if pair is not ENOVAL:
+        result, compute_time = pair
+        if expire_time is not None and _recompute_early(compute_time, beta, expire_time):
+            # One refresher per key: the marker lives as long as a computation takes.
+            marker = key + _REFRESH_SUFFIX
+            if (yield functools.partial(memo.cache.add, marker, None, expire=compute_time, retry=True)):
+                yield _Detach(_compute_and_store(memo, key, timed=True))
+        return result
+    if single_flight:
+        return (yield from _single_flight(memo, key, True, lock_expire, wait_timeout))
+    return (yield from _compute_and_store(memo, key, timed=True))
+
+
+# --- drivers -----------------------------------------------------------------------------------
+
+
+def _drive(steps: Steps, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a procedure for a plain function, in the calling thread."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        reply = error = None
+        try:
+            if request is _COMPUTE:
+                reply = func(*args, **kwargs)
+            elif type(request) is _Sleep:
+                time.sleep(request.seconds)
+            elif type(request) is _Detach:
+                worker = threading.Thread(
+                    target=_drive, args=(request.steps, func, args, kwargs), daemon=True,
+                    name=f"diskcache_core-refresh-{getattr(func, '__name__', 'function')}",
+                )
+                worker.start()
+            else:
+                reply = request()
+        except BaseException as exc:  # noqa: BLE001
+            error = exc  # thrown into the procedure: it cleans up (releases a lock) and re-raises
+
+
+_background_tasks: set[asyncio.Task[Any]] = set()  # strong references until they finish
+
+
+async def _adrive(
+    steps: Steps, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run a procedure for an ``async def`` function: cache I/O never runs on the event loop."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        reply = error = None
+        try:
+            if request is _COMPUTE:
+                reply = await func(*args, **kwargs)
+            elif type(request) is _Sleep:
+                await asyncio.sleep(request.seconds)
+            elif type(request) is _Detach:
+                task = asyncio.get_running_loop().create_task(_adrive(request.steps, func, args, kwargs))
+                _background_tasks.add(task)
+                task.add_done_callback(_background_tasks.discard)
+            else:
+                reply = await run_sync(request)
+        except BaseException as exc:  # noqa: BLE001
+            error = exc  # CancelledError too: a held lock is still released
+
+
+def _wrap(func: Callable[..., Any], memo: _Memo, procedure: Callable[[_Memo, str], Steps]) -> Any:
+    """The memoized function: same name, docstring, signature and kind (sync or async)."""
+    cache_key = memo.cache_key
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await _adrive(procedure(memo, cache_key(*args, **kwargs)), func, args, kwargs)
+
+        wrapper: Any = async_wrapper
+    else:
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return _drive(procedure(memo, cache_key(*args, **kwargs)), func, args, kwargs)
+
+    wrapper.__cache_key__ = cache_key
+    return wrapper
+
+
+# --- public decorators -------------------------------------------------------------------------
+
+
+def memoize(
+    cache: Any,
+    name: str | None = None,
+    typed: bool = False,
+    expire: float | None = None,
+    tag: Any = None,
+    ignore: Iterable[int | str] = (),
+    *,
+    key: Callable[..., Any] | None = None,
+    should_cache: Callable[[Any], bool] | None = None,
+) -> MemoizeDecorator:
+    """Decorator: remember a function's results in `cache`, keyed by its arguments.
+
+    Works on functions, methods (``self`` is part of the key, as in python-diskcache; put 0 in
+    `ignore` to leave it out) and ``async def`` functions (the awaited result is stored; cache
+    I/O runs off the event loop). The result keeps the function's name, docstring and
+    signature, and has ``__cache_key__(*args, **kwargs)`` and ``__wrapped__``.
+
+    :param name: key prefix (default: ``module.qualname`` of the function)
+    :param typed: store arguments of different types separately (``f(3)`` vs ``f(3.0)``)
+    :param expire: seconds results live (None: no expiry; 0: look up but never store)
+    :param tag: tag of the stored results, for ``cache.evict(tag)``
+    :param ignore: positions and keyword names left out of the key
+    :param key: ``key(*args, **kwargs)`` returns the key part for a call, replacing the
+        argument encoding (not combinable with `typed`/`ignore`)
+    :param should_cache: ``should_cache(result)`` returns False for results not to store
+        (e.g. ``lambda result: result is not None``)
+
+    Forgetting the parentheses (``@cache.memoize``) raises ``TypeError('name cannot be
+    callable')``.
+    """
+    _check_options(name, typed, ignore, key, should_cache)
+
+    def decorator(func: Callable[P, R]) -> Memoized[P, R]:
+        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache)
+        return _wrap(func, memo, _memoize_steps)  # type: ignore[no-any-return]
+
+    return decorator
+
+
+def memoize_stampede(
+    cache: Any,
+    expire: float | None,
+    name: str | None = None,
+    typed: bool = False,
+    tag: Any = None,
+    beta: float = 1,
+    ignore: Iterable[int | str] = (),
+    *,
+    key: Callable[..., Any] | None = None,
+    should_cache: Callable[[Any], bool] | None = None,
+    single_flight: bool = False,
+    lock_expire: float = 60.0,
+    wait_timeout: float | None = None,
+) -> MemoizeDecorator:
+    """Decorator like `memoize`, protected against cache stampedes (many callers recomputing
+    one expired or missing result at once).
+
+    Early recomputation (python-diskcache's recipe): results are stored as ``(result,
+    compute_time)``; as expiry nears, a hit decides at random — more likely the closer expiry and
+    the slower the function, scaled by `beta` — to recompute the result in the background
+    (a thread, or a task for ``async def``) while returning the current one. One refresh runs
+    per key at a time.
+
+    Single flight (``single_flight=True``): on a miss, exactly one caller among all threads and
+    processes computes; it holds a `Lock` on the key, which expires after `lock_expire`
+    seconds so that a caller that dies while computing blocks the others no longer than that
+    (keep it above the longest computation, or a second caller starts computing). The others
+    poll with backoff (1 ms doubling to 50 ms) and return the stored result as soon as it
+    appears, or take the lock if it is freed without one. With `wait_timeout` (seconds), a
+    waiter gives up with `Timeout`; None waits for as long as some caller holds the lock.
+
+    Other parameters as for `memoize`; `expire` is required (seconds, None for no expiry).
+    """
+    _check_options(name, typed, ignore, key, should_cache)
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, not {beta!r}")
+    if lock_expire <= 0:
+        raise ValueError(f"lock_expire must be > 0 seconds, not {lock_expire!r}")
+    if wait_timeout is not None and wait_timeout < 0:
+        raise ValueError(f"wait_timeout must be >= 0 seconds or None, not {wait_timeout!r}")
+    procedure = functools.partial(
+        _stampede_steps, beta=beta, single_flight=single_flight, lock_expire=lock_expire,
+        wait_timeout=wait_timeout,
+    )
+
+    def decorator(func: Callable[P, R]) -> Memoized[P, R]:
+        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache)
+        return _wrap(func, memo, procedure)  # type: ignore[no-any-return]
+
+    return decorator
