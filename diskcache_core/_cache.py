@@ -24,6 +24,7 @@ from typing import Any, Iterator
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
 from ._async import AsyncCacheMixin
+from . import _reaper
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
 from ._errors import (
@@ -345,16 +346,10 @@ class Cache(AsyncCacheMixin):
     def _remove_released(self, state: ThreadState) -> None:
         names = list(state.released)
         state.released.clear()
-        for name in names:
-            self._remove_file(name)
+        _reaper.remove_later(self._disk, names)
 
     def _remove_file(self, name: str) -> None:
-        try:
-            self._disk.remove(name)
-        except UnsafeValueFileError as exc:
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
-        except OSError:
-            pass  # already gone, or a directory another process is filling
+        _reaper.remove_now(self._disk, name)
 
     @contextlib.contextmanager
     def _transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
@@ -838,6 +833,7 @@ class Cache(AsyncCacheMixin):
             except Timeout:
                 raise Timeout(count) from None
             if removed <= 0:
+                _reaper.drain()  # the caller sees the files gone, not just the rows
                 return count
             count += removed
 
@@ -870,6 +866,7 @@ class Cache(AsyncCacheMixin):
                 count += removed
         except Timeout:
             raise Timeout(count) from None
+        _reaper.drain()
         return count
 
     def _check_size(self) -> None:
@@ -986,6 +983,7 @@ class Cache(AsyncCacheMixin):
         Run it when no other process is writing value files: a file written but not yet
         committed by another writer would look unknown and, with `fix`, be removed.
         """
+        _reaper.drain()  # files released by committed writes are not "unknown"
         with warnings.catch_warnings(record=True) as found:
             warnings.simplefilter("always")
             rows = self._read("PRAGMA integrity_check")
@@ -1081,11 +1079,13 @@ class Cache(AsyncCacheMixin):
     # --- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write batched reads, then close this thread's connection (reopened on next use)."""
+        """Write batched bookkeeping, wait for released files to be removed, then close this
+        thread's connection (reopened on next use)."""
         try:
             self.flush_access_log()
         except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
             pass
+        _reaper.drain()
         self._pool.close_current()
 
     def __enter__(self) -> "Cache":

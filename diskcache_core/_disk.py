@@ -364,10 +364,14 @@ class Disk:
                 fd = os.open(temp_path, flags, 0o600)
                 break
             except FileNotFoundError:
-                # The fan-out directory is missing, or another process pruned it just now.
+                # The fan-out directory is missing, or a remover (another thread or process)
+                # pruned it just now — possibly between our two mkdirs. Make it and try again.
                 if attempt == _OPEN_RETRIES - 1:
                     raise
-                make_private_dirs(op.dirname(temp_path))
+                try:
+                    make_private_dirs(op.dirname(temp_path))
+                except FileNotFoundError:
+                    pass
         size = 0
         try:
             with open(fd, "wb", closefd=True) as writer:
