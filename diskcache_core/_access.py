@@ -44,7 +44,7 @@ _ADD_STAT = "UPDATE Settings SET value = value + ? WHERE key = ?"
 class AccessLog:
     """One cache's not-yet-written reads and store-time refreshes in this process."""
 
-    def __init__(self, policy: str, statistics: bool) -> None:
+    def __init__(self, policy: str, statistics: bool | int) -> None:
         self.pending: dict[tuple[Any, Any], float] = {}
         self.hits = 0
         self.misses = 0
@@ -190,7 +190,6 @@ def _after_fork_in_child() -> None:
     _flusher = _Flusher()
     for log in list(_logs):
         log.reset_after_fork()
-_logs: "weakref.WeakSet[AccessLog]" = weakref.WeakSet()
 
 
 @atexit.register

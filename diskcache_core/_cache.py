@@ -90,6 +90,23 @@ def _shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: 
 class Cache(AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it."""
 
+    # Settings (see DEFAULT_SETTINGS), stored in the database and kept as attributes.
+    statistics: int
+    tag_index: int
+    eviction_policy: str
+    size_limit: int
+    cull_limit: int
+    sqlite_auto_vacuum: int
+    sqlite_cache_size: int
+    sqlite_journal_mode: str
+    sqlite_mmap_size: int
+    sqlite_synchronous: int
+    disk_min_file_size: int
+    disk_pickle_protocol: int
+    disk_compress: str | None
+    disk_compress_level: int | None
+    disk_compress_threshold: int
+
     def __init__(
         self,
         directory: str | os.PathLike[str] | None = None,
@@ -615,6 +632,7 @@ class Cache(AsyncCacheMixin):
             kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)
         ):
             now = _now()
+            params: tuple[Any, ...]
             if default is None:
                 start = None
                 statement, params = sql.INCR_NATIVE, (delta, now, db_key, raw)
@@ -665,7 +683,7 @@ class Cache(AsyncCacheMixin):
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
         if type(delta) is not int and not isinstance(delta, numbers.Number):
             raise TypeError(f"decr delta must be a number, not {type(delta).__name__}")
-        return self.incr(key, -delta, default, retry)
+        return self.incr(key, -delta, default, retry)  # type: ignore[operator]
 
     def pop(
         self,
@@ -989,7 +1007,7 @@ class Cache(AsyncCacheMixin):
             rows = self._read("PRAGMA integrity_check")
             if rows != [("ok",)]:
                 for (message,) in rows:
-                    warnings.warn(f"integrity check: {message}")
+                    warnings.warn(f"integrity check: {message}", stacklevel=2)
             if fix:
                 self._write("VACUUM", (), retry)
             real_directory = op.realpath(self._directory)
@@ -999,17 +1017,17 @@ class Cache(AsyncCacheMixin):
                     try:
                         full_path = self._disk._checked_path(filename)
                     except UnsafeValueFileError as exc:
-                        warnings.warn(str(exc))
+                        warnings.warn(str(exc), stacklevel=2)
                         if fix:
                             state.execute(sql.DELETE_ROWID, (rowid,))
                         continue
                     named.add(full_path)
                     if not op.exists(full_path):
-                        warnings.warn(f"file not found: {full_path}")
+                        warnings.warn(f"file not found: {full_path}", stacklevel=2)
                         if fix:
                             state.execute(sql.DELETE_ROWID, (rowid,))
                     elif op.getsize(full_path) != size:
-                        warnings.warn(f"wrong file size: {full_path}, {op.getsize(full_path)} != {size}")
+                        warnings.warn(f"wrong file size: {full_path}, {op.getsize(full_path)} != {size}", stacklevel=2)
                         if fix:  # a file of the wrong size is damaged: drop the item
                             state.execute(sql.DELETE_ROWID, (rowid,))
                 database_files = {
@@ -1020,18 +1038,18 @@ class Cache(AsyncCacheMixin):
                         full_path = op.join(dirpath, name)
                         if full_path in named or full_path in database_files:
                             continue
-                        warnings.warn(f"unknown file: {full_path}", UnknownFileWarning)
+                        warnings.warn(f"unknown file: {full_path}", UnknownFileWarning, stacklevel=2)
                         if fix:
                             os.remove(full_path)
-                for dirpath, dirs, files in os.walk(real_directory, topdown=False):
+                for dirpath, _, _ in os.walk(real_directory, topdown=False):
                     if dirpath != real_directory and not os.listdir(dirpath):
-                        warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning)
+                        warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning, stacklevel=2)
                         if fix:
                             os.rmdir(dirpath)
                 ((stored_size,),) = state.execute("SELECT value FROM Settings WHERE key = 'size'")
                 ((actual_size,),) = state.execute("SELECT COALESCE(SUM(size), 0) FROM Cache")
                 if stored_size != actual_size:
-                    warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}")
+                    warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}", stacklevel=2)
                     if fix:
                         state.execute("UPDATE Settings SET value = ? WHERE key = 'size'", (actual_size,))
         return found

@@ -420,14 +420,19 @@ class JSONDisk(Disk):
     def __init__(self, directory: str, compress_level: int = 1, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
         # python-diskcache's meaning: the zlib level of the JSON (also used by `compress`).
-        self.compress_level = 1 if compress_level is None else compress_level
+        self.compress_level = compress_level
+
+    @property
+    def json_level(self) -> int:
+        """The zlib level for the JSON text: `compress_level`, 1 when unset."""
+        return 1 if self.compress_level is None else self.compress_level
 
     def _pack(self, obj: Any) -> bytes:
         try:
             text = json.dumps(obj)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"JSONDisk cannot serialize {type(obj).__qualname__}: {exc}") from exc
-        return zlib.compress(text.encode("utf-8"), self.compress_level)
+        return zlib.compress(text.encode("utf-8"), self.json_level)
 
     @staticmethod
     def _unpack(data: bytes) -> Any:
