@@ -49,6 +49,7 @@ class AccessLog:
         self.hits = 0
         self.misses = 0
         self.statistics = bool(statistics)
+        self.scheduled = False  # a flush is arranged for the current batch
         self._lock = threading.Lock()
         self.set_policy(policy)
         _logs.add(self)
@@ -58,6 +59,7 @@ class AccessLog:
         self.read_column, self.write_column = POLICY_COLUMNS[policy]
         self.column = self.read_column or self.write_column
         self.pending = {}
+        self.scheduled = False
 
     @property
     def tracks_reads(self) -> bool:
@@ -70,7 +72,8 @@ class AccessLog:
         return self.write_column is not None
 
     def record(self, db_key: Any, raw: Any, hit: bool, now: float) -> bool:
-        """Note one read; return True when the batch is large enough to flush early."""
+        """Note one read; True when the cache must (re)schedule a flush: the batch was empty
+        before, or has grown large enough to write early."""
         pending = self.pending
         if hit:
             if self.read_column == "access_time":
@@ -85,13 +88,22 @@ class AccessLog:
                     self.hits += 1
                 else:
                     self.misses += 1
-        return len(pending) >= FLUSH_SIZE
+        return self._needs_schedule()
 
     def stored(self, db_key: Any, raw: Any, now: float) -> bool:
-        """Note a write's store/access time; return True when the batch should flush early."""
-        pending = self.pending
-        pending[(db_key, raw)] = now
-        return len(pending) >= FLUSH_SIZE
+        """Note a write's store/access time; True when the cache must (re)schedule a flush."""
+        self.pending[(db_key, raw)] = now
+        return self._needs_schedule()
+
+    def _needs_schedule(self) -> bool:
+        if not self.scheduled:
+            self.scheduled = True
+            return True
+        return len(self.pending) >= FLUSH_SIZE
+
+    def has_pending(self) -> bool:
+        """Whether anything waits to be written."""
+        return bool(self.pending or self.hits or self.misses)
 
     def forget(self, db_key: Any, raw: Any) -> None:
         """The item was removed: its pending bookkeeping must not land on a later row."""
@@ -103,6 +115,7 @@ class AccessLog:
             batch = (self.pending, self.hits, self.misses)
             self.pending = {}
             self.hits = self.misses = 0
+            self.scheduled = False
         return batch
 
     def give_back(self, batch: tuple[dict[tuple[Any, Any], float], int, int]) -> None:
@@ -134,44 +147,63 @@ class AccessLog:
         """The parent's unwritten reads are the parent's to write."""
         self.pending = {}
         self.hits = self.misses = 0
+        self.scheduled = False
         self._lock = threading.Lock()
 
 
 class _Flushable(Protocol):
-    def flush_access_log(self) -> None: ...
+    _access: AccessLog
+
+    def flush_access_log(self, timeout: float | None = None) -> None: ...
+
+
+_BACKGROUND_LOCK_WAIT = 0.1  # seconds the flusher waits for the write lock before retrying later
 
 
 class _Flusher:
-    """The per-process thread that writes every cache's batch each FLUSH_INTERVAL."""
+    """The per-process thread that writes every cache's batch each FLUSH_INTERVAL.
+
+    The thread runs only while some batch is pending and exits when none is, so a process
+    that forks after a burst of cache use usually has no extra thread left. While it writes it
+    holds `busy`, and fork() waits for that (see the hooks below): a child never inherits
+    SQLite in the middle of a statement.
+    """
 
     def __init__(self) -> None:
         self.caches: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
+        self.busy = threading.Lock()
 
-    def schedule(self, cache: _Flushable, now: bool = False) -> None:
-        if cache not in self.caches:
-            with self.lock:
-                self.caches.add(cache)
-                if self.thread is None:
-                    self.thread = threading.Thread(
-                        target=self._run, name="diskcache_core-access-flush", daemon=True
-                    )
-                    self.thread.start()
-        if now:
+    def schedule(self, cache: _Flushable) -> None:
+        # Called only when a batch becomes non-empty or large, so taking the lock is cheap;
+        # under the lock it cannot miss a thread that is just deciding to exit.
+        with self.lock:
+            self.caches.add(cache)
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="diskcache_core-access-flush", daemon=True
+                )
+                self.thread.start()
+        if len(cache._access.pending) >= FLUSH_SIZE:
             self.wake.set()
 
     def _run(self) -> None:
         while True:
             self.wake.wait(FLUSH_INTERVAL)
             self.wake.clear()
-            self.flush_all()
+            with self.busy:
+                self.flush_all(_BACKGROUND_LOCK_WAIT)
+            with self.lock:
+                if not any(cache._access.has_pending() for cache in list(self.caches)):
+                    self.thread = None
+                    return
 
-    def flush_all(self) -> None:
+    def flush_all(self, timeout: float | None = None) -> None:
         for cache in list(self.caches):
             try:
-                cache.flush_access_log()
+                cache.flush_access_log(timeout)
             except Exception:  # noqa: BLE001 - a closed or busy cache retries next round
                 pass
 
@@ -180,9 +212,17 @@ _flusher = _Flusher()
 _logs: "weakref.WeakSet[AccessLog]" = weakref.WeakSet()
 
 
-def schedule_flush(cache: _Flushable, now: bool = False) -> None:
-    """Make sure `cache`'s batch is written within FLUSH_INTERVAL (or at once with `now`)."""
-    _flusher.schedule(cache, now)
+def schedule_flush(cache: _Flushable) -> None:
+    """Make sure `cache`'s batch is written within FLUSH_INTERVAL (at once when large)."""
+    _flusher.schedule(cache)
+
+
+def _before_fork() -> None:
+    _flusher.busy.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _flusher.busy.release()
 
 
 def _after_fork_in_child() -> None:
@@ -198,4 +238,8 @@ def _flush_at_exit() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

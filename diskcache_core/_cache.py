@@ -153,8 +153,6 @@ class Cache(AsyncCacheMixin):
         self._track_writes = self._access.tracks_writes
         self._unchecked = 0  # bytes written since the last size/expiry check
         self._check_every = self._check_interval()
-        if self._track_reads or self._track_writes:
-            schedule_flush(self)
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -439,7 +437,12 @@ class Cache(AsyncCacheMixin):
         key: Any = None,
         should_cache: Any = None,
     ) -> MemoizeDecorator:
-        """Memoizing decorator storing results in this cache; see `diskcache_core._memo.memoize`."""
+        """Decorator: remember the function's results in this cache, keyed by its arguments.
+
+        Works on functions, methods and ``async def`` functions; ``expire=0`` looks results up
+        but never stores them. One implementation for every cache type: all options are
+        documented on ``diskcache_core._memo.memoize``.
+        """
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 
     # --- reads -------------------------------------------------------------------------------
@@ -473,8 +476,8 @@ class Cache(AsyncCacheMixin):
             rows = self._retry_read(exc, sql.SELECT_VALUE, (db_key, raw, now))
             row = rows[0] if rows else None
         if row is None:
-            if self._track_reads:
-                self._access.record(db_key, raw, False, now)
+            if self._track_reads and self._access.record(db_key, raw, False, now):
+                schedule_flush(self)
             return default
         mode, filename, db_value = row
         if mode == MODE_RAW and self._plain_fetch and not read:
@@ -486,7 +489,7 @@ class Cache(AsyncCacheMixin):
                 # Replaced by another writer between our SELECT and open: read the row again.
                 return self._get_with_metadata(key, default, read, False, False)
         if self._track_reads and self._access.record(db_key, raw, True, now):
-            schedule_flush(self, now=True)
+            schedule_flush(self)
         return value
 
     def _get_with_metadata(
@@ -505,10 +508,10 @@ class Cache(AsyncCacheMixin):
             except FileNotFoundError:
                 continue
             if self._track_reads and self._access.record(db_key, raw, True, now):
-                schedule_flush(self, now=True)
+                schedule_flush(self)
             return _shape(value, db_expire, db_tag, expire_time, tag)
-        if self._track_reads:
-            self._access.record(db_key, raw, False, 0.0)
+        if self._track_reads and self._access.record(db_key, raw, False, 0.0):
+            schedule_flush(self)
         return _shape(default, None, None, expire_time, tag)
 
     def __getitem__(self, key: Any) -> Any:
@@ -562,7 +565,7 @@ class Cache(AsyncCacheMixin):
             charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE,
         )
         if self._track_writes and self._access.stored(db_key, raw, now):
-            schedule_flush(self, now=True)
+            schedule_flush(self)
         return True
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -592,7 +595,7 @@ class Cache(AsyncCacheMixin):
         )
         if cursor.rowcount == 1:
             if self._track_writes and self._access.stored(db_key, raw, now):
-                schedule_flush(self, now=True)
+                schedule_flush(self)
             return True
         if filename is not None:
             self._forget_new_file(filename)
@@ -647,7 +650,7 @@ class Cache(AsyncCacheMixin):
             if self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE).rowcount == 1:
                 value = state.new_value
                 if self._track_writes and self._access.stored(db_key, raw, now):
-                    schedule_flush(self, now=True)
+                    schedule_flush(self)
                 return start if value is NO_VALUE else value
         return self._incr_slow(key, db_key, raw, delta, default, retry)
 
@@ -920,17 +923,27 @@ class Cache(AsyncCacheMixin):
 
     # --- bookkeeping -------------------------------------------------------------------------
 
-    def flush_access_log(self) -> None:
-        """Write this process's batched access times, counts and hit/miss statistics now."""
-        if not (self._access.pending or self._access.hits or self._access.misses):
+    def flush_access_log(self, timeout: float | None = None) -> None:
+        """Write this process's batched access times, counts and hit/miss statistics now.
+
+        `timeout`: seconds to wait for the write lock instead of the cache's timeout (the
+        background flusher waits briefly and retries on its next round).
+        """
+        if not self._access.has_pending():
             return
         batch = self._access.take()
+        state = self._state()
+        if timeout is not None:
+            state.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         try:
             with self._transaction() as state:
                 self._access.write(state.con, batch)
         except Exception:
             self._access.give_back(batch)
             raise
+        finally:
+            if timeout is not None:
+                state.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
         """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
@@ -983,8 +996,6 @@ class Cache(AsyncCacheMixin):
             self._write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         self._track_reads = self._access.tracks_reads
         self._track_writes = self._access.tracks_writes
-        if self._track_reads or self._track_writes:
-            schedule_flush(self)
         return value
 
     def create_tag_index(self) -> None:

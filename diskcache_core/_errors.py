@@ -64,7 +64,7 @@ class EmptyDirWarning(UserWarning):
     """Cache.check found an empty value directory."""
 
 
-_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (the sqlite3 module names them from 3.11 on)
 
 
 def is_busy(exc: sqlite3.Error) -> bool:

@@ -26,6 +26,7 @@ from ._errors import UnsafeValueFileError
 __all__ = ["drain", "remove_later", "remove_now"]
 
 MAX_PENDING = 1024
+_IDLE_EXIT = 1.0  # seconds without work after which the thread exits (restarted on demand)
 _EXIT_WAIT = 5.0  # seconds the interpreter's exit waits for queued removals
 
 
@@ -52,17 +53,25 @@ class _Reaper:
             return
         for name in names:
             self.queue.put((disk, name))
-        if self.thread is None:
-            with self.lock:
-                if self.thread is None:
-                    self.thread = threading.Thread(
-                        target=self._run, name="diskcache_core-file-remover", daemon=True
-                    )
-                    self.thread.start()
+        # Under the lock: a thread deciding to exit cannot miss what was just queued.
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="diskcache_core-file-remover", daemon=True
+                )
+                self.thread.start()
 
     def _run(self) -> None:
+        # Exits when idle, so a process that forks later usually has no extra thread left.
         while True:
-            disk, name = self.queue.get()
+            try:
+                disk, name = self.queue.get(timeout=_IDLE_EXIT)
+            except queue.Empty:
+                with self.lock:
+                    if self.queue.empty():
+                        self.thread = None
+                        return
+                continue
             try:
                 remove_now(disk, name)
             finally:
