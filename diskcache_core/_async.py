@@ -22,9 +22,9 @@ import contextvars
 import functools
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["AsyncCacheMixin", "run_sync"]
 

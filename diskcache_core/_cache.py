@@ -11,7 +11,6 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 import os
 import os.path as op
@@ -21,73 +20,33 @@ import time
 import warnings
 from typing import Any, Iterator
 
+from . import _reaper
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
+from ._arguments import check_tag, expire_at, shape
 from ._async import AsyncCacheMixin
-from . import _reaper
-from ._connections import NO_VALUE, ConnectionPool, ThreadState
+from ._check import check_cache
+from ._connections import NO_VALUE, ConnectionPool
 from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
-from ._errors import (
-    DatabaseError,
-    EmptyDirWarning,
-    Timeout,
-    UnknownFileWarning,
-    UnsafeValueFileError,
-    is_busy,
-    translate_sqlite_error,
-)
-from ._memo import MemoizeDecorator, memoize as _memoize
+from ._errors import DatabaseError, is_busy, translate_sqlite_error
+from ._eviction import EvictionMixin
+from ._memo import MemoizeDecorator
+from ._memo import memoize as _memoize
+from ._queue import QueueMixin
 
 __all__ = ["Cache"]
 
 _now = time.time
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
-_TAG_TYPES = (str, bytes, int, float)
+_PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
-_BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
 _MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next check
 _SETUP_TIMEOUT = 60.0  # creating a database waits this long for other creators
 _PERSISTENT_PRAGMAS = ("sqlite_auto_vacuum", "sqlite_journal_mode")
-_QUEUE_BOUNDS = (0, 999999999999999)
-_QUEUE_START = 500000000000000
 
 
-def _key_range(prefix: str | None) -> tuple[Any, Any]:
-    if prefix is None:
-        return _QUEUE_BOUNDS
-    if type(prefix) is not str:
-        raise TypeError(f"queue prefix must be a str or None, not {type(prefix).__name__}")
-    return prefix + "-000000000000000", prefix + "-999999999999999"
-
-
-def _side(side: str, allowed: tuple[str, str]) -> str:
-    if side not in allowed:
-        raise ValueError(f"side must be {allowed[0]!r} or {allowed[1]!r}, not {side!r}")
-    return side
-
-
-def _expire_time(now: float, expire: Any) -> float | None:
-    if expire is None:
-        return None
-    if type(expire) not in (int, float) and not isinstance(expire, numbers.Real):
-        raise TypeError(f"expire must be a number of seconds or None, not {type(expire).__name__}")
-    return now + float(expire)
-
-
-def _check_tag(tag: Any) -> None:
-    if tag is not None and type(tag) not in _TAG_TYPES:
-        raise TypeError(f"tag must be str, bytes, int, float or None, not {type(tag).__name__}")
-
-
-def _shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: bool) -> Any:
-    """python-diskcache's return shape for reads with the expire_time/tag flags."""
-    if want_expire:
-        return (value, expire_time, tag) if want_tag else (value, expire_time)
-    return (value, tag) if want_tag else value
-
-
-class Cache(AsyncCacheMixin):
+class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it."""
 
     # Settings (see DEFAULT_SETTINGS), stored in the database and kept as attributes.
@@ -172,7 +131,13 @@ class Cache(AsyncCacheMixin):
             wanted = dict(sql.DEFAULT_SETTINGS)
             wanted.update(
                 sql.validate_settings(
-                    {k: v for k, v in stored.items() if k not in sql.METADATA and k != "schema_version"}
+                    {
+                        name: value
+                        for name, value in stored.items()
+                        if name not in sql.METADATA
+                        and name not in sql.PEER_ONLY_ROWS
+                        and name != "schema_version"
+                    }
                 )
             )
             wanted.update(checked)
@@ -262,170 +227,6 @@ class Cache(AsyncCacheMixin):
         """Disk used for serialization."""
         return self._disk
 
-    # --- statement execution -------------------------------------------------------------------
-
-    def _state(self) -> ThreadState:
-        try:
-            return self._local.state
-        except AttributeError:
-            return self._pool.state()
-
-    def _read(self, statement: str, params: Any = ()) -> list[Any]:
-        """Run a read statement; reads never wait on writers in WAL mode, but may retry."""
-        try:
-            execute = self._local.execute
-        except AttributeError:
-            execute = self._pool.state().execute
-        try:
-            return execute(statement, params).fetchall()
-        except sqlite3.Error as exc:
-            return self._retry_read(exc, statement, params)
-
-    def _retry_read(self, exc: sqlite3.Error, statement: str, params: Any) -> list[Any]:
-        deadline = time.monotonic() + self._timeout
-        while is_busy(exc) and time.monotonic() < deadline:
-            time.sleep(0.001)
-            try:
-                return self._state().execute(statement, params).fetchall()
-            except sqlite3.Error as again:
-                exc = again
-        raise translate_sqlite_error(exc) from exc
-
-    def _write(
-        self,
-        statement: str,
-        params: Any,
-        retry: bool,
-        new_file: str | None = None,
-        charge: int = 0,
-        settle: bool = True,
-    ) -> sqlite3.Cursor:
-        """Run one write statement (autocommit unless inside `transact`) and settle its files.
-
-        `new_file` is the value file the statement makes a row name: removed if the statement
-        fails. `charge` is the bytes written, counted towards the next size check. With
-        `settle=False` the caller reads the rows (RETURNING) and then calls `_settle`.
-        """
-        try:
-            state = self._local.state
-        except AttributeError:
-            state = self._pool.state()
-        mark = len(state.released) if state.depth else 0
-        try:
-            cursor = state.execute(statement, params)
-        except sqlite3.Error as exc:
-            cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
-        if state.depth:
-            if new_file is not None:
-                state.created.append(new_file)
-        elif settle:
-            if state.released:
-                self._remove_released(state)
-            if charge:  # removals (charge 0) never trigger the size check themselves
-                self._unchecked += charge
-                if self._unchecked >= self._check_every:
-                    self._check_size()
-        return cursor
-
-    def _write_failed(
-        self,
-        state: ThreadState,
-        exc: sqlite3.Error,
-        statement: str,
-        params: Any,
-        retry: bool,
-        new_file: str | None,
-        mark: int,
-    ) -> sqlite3.Cursor:
-        while retry and is_busy(exc) and not state.depth:
-            try:
-                return state.execute(statement, params)
-            except sqlite3.Error as again:
-                exc = again
-        del state.released[mark:]  # the failed statement's changes were rolled back
-        if new_file is not None:
-            self._remove_file(new_file)
-        raise translate_sqlite_error(exc) from exc
-
-    def _settle(self, state: ThreadState, charge: int = 0) -> None:
-        """After a statement committed: remove the files it released; count its bytes."""
-        if state.depth:
-            return
-        if state.released:
-            self._remove_released(state)
-        if charge:
-            self._unchecked += charge
-            if self._unchecked >= self._check_every:
-                self._check_size()
-
-    def _remove_released(self, state: ThreadState) -> None:
-        names = list(state.released)
-        state.released.clear()
-        _reaper.remove_later(self._disk, names)
-
-    def _remove_file(self, name: str) -> None:
-        _reaper.remove_now(self._disk, name)
-
-    @contextlib.contextmanager
-    def _transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
-        """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer."""
-        state = self._state()
-        if state.depth:
-            state.depth += 1
-            try:
-                yield state
-            finally:
-                state.depth -= 1
-            return
-        while True:
-            try:
-                state.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.Error as exc:
-                if retry and is_busy(exc):
-                    continue
-                if new_file is not None:
-                    self._remove_file(new_file)
-                raise translate_sqlite_error(exc) from exc
-        state.depth = 1
-        if new_file is not None:
-            state.created.append(new_file)
-        try:
-            yield state
-        except BaseException:
-            state.depth = 0
-            self._rollback(state)
-            raise
-        state.depth = 0
-        try:
-            state.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(state)
-            raise translate_sqlite_error(exc) from exc
-        state.created.clear()
-        if state.released:
-            self._remove_released(state)
-
-    def _rollback(self, state: ThreadState) -> None:
-        if state.con.in_transaction:
-            state.execute("ROLLBACK")
-        state.released.clear()  # nothing stopped naming them after all
-        created = list(state.created)
-        state.created.clear()
-        for name in created:
-            self._remove_file(name)
-
-    @contextlib.contextmanager
-    def transact(self, retry: bool = False) -> Iterator[None]:
-        """Context manager: a write transaction; what runs inside is atomic.
-
-        Other writers wait while it is open (keep it short); readers do not. Transactions nest
-        and belong to the thread that opened them. Raises Timeout when the lock cannot be had
-        within the cache's timeout and `retry` is False.
-        """
-        with self._transaction(retry):
-            yield
-
     def memoize(
         self,
         name: str | None = None,
@@ -509,10 +310,10 @@ class Cache(AsyncCacheMixin):
                 continue
             if self._track_reads and self._access.record(db_key, raw, True, now):
                 schedule_flush(self)
-            return _shape(value, db_expire, db_tag, expire_time, tag)
+            return shape(value, db_expire, db_tag, expire_time, tag)
         if self._track_reads and self._access.record(db_key, raw, False, 0.0):
             schedule_flush(self)
-        return _shape(default, None, None, expire_time, tag)
+        return shape(default, None, None, expire_time, tag)
 
     def __getitem__(self, key: Any) -> Any:
         """Return the value for `key`; KeyError when missing."""
@@ -552,14 +353,14 @@ class Cache(AsyncCacheMixin):
         """
         now = _now()
         db_key, raw = self._disk.put(key)
-        expire_at = None if expire is None else _expire_time(now, expire)
+        expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
-            _check_tag(tag)
+            check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read, key=key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         self._write(
             sql.UPSERT,
-            (db_key, raw, now, expire_at, tag, size, mode, filename, db_value),
+            (db_key, raw, now, expires, tag, size, mode, filename, db_value),
             retry,
             filename,
             charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE,
@@ -584,13 +385,13 @@ class Cache(AsyncCacheMixin):
         """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
         now = _now()
         db_key, raw = self._disk.put(key)
-        expire_at = None if expire is None else _expire_time(now, expire)
+        expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
-            _check_tag(tag)
+            check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read, key=key)
         charge = max(size or (len(db_value) if type(db_value) in (bytes, str) else 0), _MIN_WRITE_CHARGE)
         cursor = self._write(
-            sql.ADD, (db_key, raw, now, expire_at, tag, size, mode, filename, db_value),
+            sql.ADD, (db_key, raw, now, expires, tag, size, mode, filename, db_value),
             retry, filename, charge,
         )
         if cursor.rowcount == 1:
@@ -612,8 +413,8 @@ class Cache(AsyncCacheMixin):
         """Set a new expiry for `key`; True when the item was present."""
         now = _now()
         db_key, raw = self._disk.put(key)
-        expire_at = None if expire is None else _expire_time(now, expire)
-        return self._write(sql.TOUCH, (expire_at, db_key, raw, now), retry).rowcount == 1
+        expires = None if expire is None else expire_at(now, expire)
+        return self._write(sql.TOUCH, (expires, db_key, raw, now), retry).rowcount == 1
 
     def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Add `delta` to the number stored at `key`, atomically; return the new value.
@@ -713,8 +514,8 @@ class Cache(AsyncCacheMixin):
                     except FileNotFoundError:
                         pass
                     else:
-                        return _shape(value, db_expire, db_tag, expire_time, tag)
-            return _shape(default, None, None, expire_time, tag)
+                        return shape(value, db_expire, db_tag, expire_time, tag)
+            return shape(default, None, None, expire_time, tag)
         finally:
             self._settle(state)
 
@@ -730,196 +531,6 @@ class Cache(AsyncCacheMixin):
         """Remove `key`; KeyError when it is missing."""
         if not self.delete(key, retry=retry):
             raise KeyError(key)
-
-    # --- queues ------------------------------------------------------------------------------
-
-    def push(
-        self,
-        value: Any,
-        prefix: str | None = None,
-        side: str = "back",
-        expire: float | None = None,
-        read: bool = False,
-        tag: Any = None,
-        retry: bool = False,
-    ) -> Any:
-        """Push `value` onto the `side` of the queue named `prefix`; return its key.
-
-        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
-        """
-        _side(side, ("back", "front"))
-        low, high = _key_range(prefix)
-        now = _now()
-        expire_at = None if expire is None else _expire_time(now, expire)
-        if tag is not None:
-            _check_tag(tag)
-        size, mode, filename, db_value = self._disk.store(value, read)
-        with self._transaction(retry, new_file=filename) as state:
-            row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
-            if row is None:
-                number = _QUEUE_START
-            else:
-                last = row[0]
-                number = last if prefix is None else int(last[last.rfind("-") + 1:])
-                number += 1 if side == "back" else -1
-            db_key = number if prefix is None else f"{prefix}-{number:015d}"
-            state.execute(sql.INSERT, (db_key, True, now, expire_at, tag, size, mode, filename, db_value))
-        self._settle(self._state(), max(size, _MIN_WRITE_CHARGE))
-        return db_key
-
-    def pull(
-        self,
-        prefix: str | None = None,
-        default: Any = (None, None),
-        side: str = "front",
-        expire_time: bool = False,
-        tag: bool = False,
-        retry: bool = False,
-    ) -> Any:
-        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
-        _side(side, ("front", "back"))
-        low, high = _key_range(prefix)
-        while True:  # each pass removes a row, so this ends when the queue does
-            now = _now()
-            rows = self._write(sql.QUEUE_PULL[side], (low, high), retry, settle=False).fetchall()
-            state = self._state()
-            try:
-                if not rows:
-                    return _shape(default, None, None, expire_time, tag)
-                db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
-                if db_expire is not None and db_expire < now:
-                    continue
-                try:
-                    value = self._disk.fetch(mode, filename, db_value, False)
-                except FileNotFoundError:
-                    continue
-                return _shape((db_key, value), db_expire, db_tag, expire_time, tag)
-            finally:
-                self._settle(state)
-
-    def peek(
-        self,
-        prefix: str | None = None,
-        default: Any = (None, None),
-        side: str = "front",
-        expire_time: bool = False,
-        tag: bool = False,
-        retry: bool = False,
-    ) -> Any:
-        """Return ``(key, value)`` at the `side` of the queue without removing it."""
-        _side(side, ("front", "back"))
-        low, high = _key_range(prefix)
-        while True:
-            now = _now()
-            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
-            if not rows:
-                return _shape(default, None, None, expire_time, tag)
-            rowid, db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
-            if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
-                continue
-            try:
-                value = self._disk.fetch(mode, filename, db_value, False)
-            except FileNotFoundError:
-                continue
-            return _shape((db_key, value), db_expire, db_tag, expire_time, tag)
-
-    def peekitem(self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False) -> Any:
-        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
-        statement = sql.PEEK_LAST if last else sql.PEEK_FIRST
-        while True:
-            now = _now()
-            rows = self._read(statement)
-            if not rows:
-                raise KeyError("dictionary is empty")
-            rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
-            if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
-                continue
-            try:
-                value = self._disk.fetch(mode, filename, db_value, False)
-            except FileNotFoundError:
-                continue
-            key = self._disk.get(db_key, raw)
-            return _shape((key, value), db_expire, db_tag, expire_time, tag)
-
-    # --- bulk removal -------------------------------------------------------------------------
-
-    def _delete_batches(self, statement: str, params: tuple[Any, ...], retry: bool) -> int:
-        """Run a batched DELETE until it removes nothing; Timeout carries the count so far."""
-        count = 0
-        while True:
-            try:
-                removed = self._write(statement, params + (_BATCH,), retry).rowcount
-            except Timeout:
-                raise Timeout(count) from None
-            if removed <= 0:
-                _reaper.drain()  # the caller sees the files gone, not just the rows
-                return count
-            count += removed
-
-    def expire(self, now: float | None = None, retry: bool = False) -> int:
-        """Remove items that expired before `now` (default: the current time); return how many."""
-        return self._delete_batches(sql.DELETE_EXPIRED, (_now() if now is None else now,), retry)
-
-    def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag`; return how many."""
-        _check_tag(tag)
-        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry)
-
-    def clear(self, retry: bool = False) -> int:
-        """Remove every item; return how many."""
-        return self._delete_batches(sql.DELETE_ANY, (), retry)
-
-    def cull(self, retry: bool = False) -> int:
-        """Remove expired items, then evict by policy until the volume is within size_limit."""
-        count = self.expire(retry=retry)
-        cull_select = sql.EVICTION_POLICY[self.eviction_policy]["cull"]
-        if cull_select is None:
-            return count
-        self.flush_access_log()
-        delete = sql.DELETE_BY_POLICY[self.eviction_policy]
-        try:
-            while self.volume() > self.size_limit:
-                removed = self._write(delete, (_BATCH // 10,), retry).rowcount
-                if removed <= 0:
-                    break
-                count += removed
-        except Timeout:
-            raise Timeout(count) from None
-        _reaper.drain()
-        return count
-
-    def _check_size(self) -> None:
-        """The periodic write-path check: drop expired items, then cull if over the limit."""
-        budget = min(self.cull_limit * (self._unchecked // _MIN_WRITE_CHARGE), 1000)
-        self._unchecked = 0
-        if self.cull_limit == 0:
-            return
-        try:
-            with self._transaction() as state:
-                state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, self.cull_limit)))
-                delete = sql.DELETE_BY_POLICY.get(self.eviction_policy)
-                if delete is None:
-                    return
-                over = self._volume(state) > self.size_limit
-                if over:
-                    batch = self._access.take()
-                    self._access.write(state.con, batch)
-                    state.execute(delete, (self.cull_limit,))
-                    over = self._volume(state) > self.size_limit
-        except Timeout:
-            return  # busy: the write itself succeeded; check again on a later write
-        if over:
-            self._unchecked = self._check_every  # still over: check again on the next write
-
-    def _volume(self, state: ThreadState) -> int:
-        used_pages, page_size, file_bytes = state.execute(sql.VOLUME).fetchone()
-        return used_pages * page_size + (file_bytes or 0)
-
-    def volume(self) -> int:
-        """Estimated bytes on disk: database pages in use plus value files."""
-        return self._volume(self._state())
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -1012,58 +623,7 @@ class Cache(AsyncCacheMixin):
         Run it when no other process is writing value files: a file written but not yet
         committed by another writer would look unknown and, with `fix`, be removed.
         """
-        _reaper.drain()  # files released by committed writes are not "unknown"
-        with warnings.catch_warnings(record=True) as found:
-            warnings.simplefilter("always")
-            rows = self._read("PRAGMA integrity_check")
-            if rows != [("ok",)]:
-                for (message,) in rows:
-                    warnings.warn(f"integrity check: {message}", stacklevel=2)
-            if fix:
-                self._write("VACUUM", (), retry)
-            real_directory = op.realpath(self._directory)
-            with self._transaction(retry) as state:
-                named = set()
-                for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
-                    try:
-                        full_path = self._disk._checked_path(filename)
-                    except UnsafeValueFileError as exc:
-                        warnings.warn(str(exc), stacklevel=2)
-                        if fix:
-                            state.execute(sql.DELETE_ROWID, (rowid,))
-                        continue
-                    named.add(full_path)
-                    if not op.exists(full_path):
-                        warnings.warn(f"file not found: {full_path}", stacklevel=2)
-                        if fix:
-                            state.execute(sql.DELETE_ROWID, (rowid,))
-                    elif op.getsize(full_path) != size:
-                        warnings.warn(f"wrong file size: {full_path}, {op.getsize(full_path)} != {size}", stacklevel=2)
-                        if fix:  # a file of the wrong size is damaged: drop the item
-                            state.execute(sql.DELETE_ROWID, (rowid,))
-                database_files = {
-                    op.join(real_directory, sql.DBNAME + suffix) for suffix in ("", "-wal", "-shm", "-journal")
-                }
-                for dirpath, _, files in os.walk(real_directory):
-                    for name in files:
-                        full_path = op.join(dirpath, name)
-                        if full_path in named or full_path in database_files:
-                            continue
-                        warnings.warn(f"unknown file: {full_path}", UnknownFileWarning, stacklevel=2)
-                        if fix:
-                            os.remove(full_path)
-                for dirpath, _, _ in os.walk(real_directory, topdown=False):
-                    if dirpath != real_directory and not os.listdir(dirpath):
-                        warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning, stacklevel=2)
-                        if fix:
-                            os.rmdir(dirpath)
-                ((stored_size,),) = state.execute("SELECT value FROM Settings WHERE key = 'size'")
-                ((actual_size,),) = state.execute("SELECT COALESCE(SUM(size), 0) FROM Cache")
-                if stored_size != actual_size:
-                    warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}", stacklevel=2)
-                    if fix:
-                        state.execute("UPDATE Settings SET value = ? WHERE key = 'size'", (actual_size,))
-        return found
+        return check_cache(self, fix, retry)
 
     # --- iteration ---------------------------------------------------------------------------
 
@@ -1075,7 +635,7 @@ class Cache(AsyncCacheMixin):
             for db_key, raw in rows:
                 yield self._disk.get(db_key, raw)
             db_key, raw = rows[-1]
-            rows = self._read(following, (db_key, raw, db_key, _BATCH))
+            rows = self._read(following, (db_key, raw, db_key, _PAGE))
 
     def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
         ((max_rowid,),) = self._read("SELECT MAX(rowid) FROM Cache")
@@ -1083,7 +643,7 @@ class Cache(AsyncCacheMixin):
             return
         low, high = 0, max_rowid + 1
         while True:
-            rows = self._read(sql.ROWS_ASC if ascending else sql.ROWS_DESC, (low, high, _BATCH))
+            rows = self._read(sql.ROWS_ASC if ascending else sql.ROWS_DESC, (low, high, _PAGE))
             if not rows:
                 return
             for _, db_key, raw in rows:

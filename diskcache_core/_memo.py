@@ -30,16 +30,15 @@ import math
 import pickle
 import pickletools
 import random
-import sys
 import threading
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from json.encoder import encode_basestring_ascii
 from typing import (
-    TYPE_CHECKING,
     Any,
-    Callable,
+    Concatenate,
     NamedTuple,
+    ParamSpec,
     Protocol,
     TypeVar,
     overload,
@@ -49,13 +48,6 @@ from ._async import run_sync
 from ._disk import ENOVAL
 from ._errors import Timeout
 from ._recipes import Lock, backoff_delays, full_name
-
-if TYPE_CHECKING:
-    from typing_extensions import Concatenate, ParamSpec
-elif sys.version_info >= (3, 10):
-    from typing import Concatenate, ParamSpec
-else:  # Python 3.9 at run time: annotations are never evaluated, so a TypeVar can stand in
-    ParamSpec = TypeVar
 
 __all__ = ["MemoizeDecorator", "Memoized", "make_key", "memoize", "memoize_stampede"]
 

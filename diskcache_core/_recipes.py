@@ -24,8 +24,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -113,10 +113,8 @@ def _token() -> str:
 class Averager:
     """Running average kept in the cache: ``add`` values, read the mean with ``get``.
 
-    >>> average = Averager(cache, 'latency')
-    >>> average.add(0.080); average.add(0.120)
-    >>> average.get()
-    0.1
+    ``Averager(cache, 'latency')``, then ``add(0.08)`` and ``add(0.12)``: ``get()`` is 0.1.
+    The item holds ``(total, count)``, updated in a transaction.
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
@@ -148,10 +146,8 @@ class Lock:
     Acquiring adds the item (an atomic insert-if-missing) holding a token for this acquisition;
     releasing deletes it only if it still holds that token. With `expire`, a holder that dies
     releases the lock `expire` seconds after acquiring it; choose it above the longest hold.
-
-    >>> lock = Lock(cache, 'report-123', expire=60)
-    >>> with lock:
-    ...     pass
+    Use it as a context manager (``with Lock(cache, 'report-123', expire=60): ...``) or call
+    ``acquire``/``release``; one Lock object may be shared by threads.
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:

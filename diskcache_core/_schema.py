@@ -12,7 +12,7 @@ import re
 import sqlite3
 from typing import Any, Callable
 
-from ._disk import _CODEC_FACTORIES
+from ._disk import _CODEC_FACTORIES, _codec
 
 __all__ = [
     "DBNAME",
@@ -50,6 +50,10 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 # trigger keeping one cost every insert and delete a second B-tree write (~3 us, a fifth of a
 # delete), while SELECT COUNT(*) walks the key index at about 4 ms per million items.
 METADATA: dict[str, int] = {"size": 0, "hits": 0, "misses": 0}
+
+# Rows python-diskcache kept in its Settings table that are neither settings nor our counters;
+# ignored when one of its caches is opened.
+PEER_ONLY_ROWS = frozenset({"count"})
 
 # Settings passed to the Disk but never stored: a database someone else can write must not be
 # able to widen SafeDisk's allow-list.
@@ -289,9 +293,11 @@ def _policy(name: str, value: Any) -> str:
 
 
 def _compressor(name: str, value: Any) -> str | None:
-    if value is not None and value not in _CODEC_FACTORIES:
-        choices = ", ".join(sorted(_CODEC_FACTORIES))
-        raise ValueError(f"unknown compressor {value!r} for {name!r}; choose one of: {choices}")
+    if value is not None:
+        if value not in _CODEC_FACTORIES:
+            choices = ", ".join(sorted(_CODEC_FACTORIES))
+            raise ValueError(f"unknown compressor {value!r} for {name!r}; choose one of: {choices}")
+        _codec(value)  # import it now: a compressor that is not installed fails before any write
     return value
 
 

@@ -3,7 +3,8 @@
 Every command takes a cache directory. The tool never creates one: ``Cache(directory)`` makes
 missing directories and initialises empty databases, so `find_shard_directories` checks, with a
 read-only SQLite connection, that a cache is really there before anything opens it. Caches are
-opened with their stored settings only (no setting is passed), so opening rewrites nothing.
+opened with their stored settings only (no setting is passed), so opening rewrites nothing
+(except the one-time migration of a python-diskcache database, as any open does).
 
 Values are unpickled with SafeDisk unless ``--disk pickle`` is given: inspecting a directory
 someone else can write must not run their code.
@@ -22,15 +23,16 @@ import os.path as op
 import sqlite3
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any, Callable, Iterator, Sequence
+from typing import IO, Any
 
 from ._cache import Cache
 from ._disk import ENOVAL, Disk, JSONDisk, SafeDisk
 from ._errors import DiskCacheError, UnsafePickleError
 from ._schema import DBNAME, METADATA
 
-__all__ = ["main", "find_shard_directories", "open_shards", "NotACacheError"]
+__all__ = ["NotACacheError", "find_shard_directories", "main", "open_shards"]
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
@@ -54,6 +56,9 @@ _LIST_TAGGED_KEYS = (
 )
 _COUNT_EXPIRED = "SELECT COUNT(*) FROM Cache WHERE expire_time IS NOT NULL AND expire_time < ?"
 _ALL_SETTINGS = "SELECT key, value FROM Settings"
+# Rows of the Settings table that are not settings: the cache's counters, the schema version,
+# and the item count python-diskcache kept there.
+_NOT_SETTINGS = frozenset(METADATA) | {"count", "schema_version"}
 
 
 class NotACacheError(Exception):
@@ -95,8 +100,9 @@ def find_shard_directories(directory: str) -> list[str]:
     """The directories of the cache shards in `directory`, without creating or changing anything.
 
     A Cache directory is its own single shard. This is the one place that knows the layouts:
-    a FanoutCache layout (shards ``000``, ``001``, ... each with a ``cache.db``) is detected here.
-    Raises NotACacheError when `directory` holds no cache.
+    FanoutCache's (shards ``000``, ``001``, ... each with a ``cache.db``) is to be recognised
+    here, and every command then works on all shards. Raises NotACacheError when `directory`
+    holds no cache.
     """
     if not op.exists(directory):
         raise NotACacheError(f"{directory}: no such directory")
@@ -228,8 +234,7 @@ class _Output:
 def _settings_of(shard: Cache) -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings, counters) as stored in the shard's Settings table."""
     stored = dict(shard._read(_ALL_SETTINGS))
-    counters = {name: stored.pop(name) for name in list(stored) if name in METADATA}
-    stored.pop("schema_version", None)
+    counters = {name: stored.pop(name) for name in list(stored) if name in _NOT_SETTINGS}
     return dict(sorted(stored.items())), counters
 
 
@@ -241,7 +246,7 @@ def cmd_stats(args: argparse.Namespace, shards: list[Cache], out: _Output) -> in
         shard_settings, counters = _settings_of(shard)
         if index == 0:
             settings = shard_settings
-        totals["count"] += counters.get("count", 0)
+        totals["count"] += len(shard)
         totals["size"] += counters.get("size", 0)
         totals["hits"] += counters.get("hits", 0)
         totals["misses"] += counters.get("misses", 0)
@@ -261,7 +266,7 @@ def cmd_stats(args: argparse.Namespace, shards: list[Cache], out: _Output) -> in
     out.line(f"directory:        {args.directory}")
     if len(shards) > 1:
         out.line(f"shards:           {len(shards)}")
-    out.line(f"count:            {totals['count']} items ({totals['expired']} expired, not yet removed)")
+    out.line(f"count:            {totals['count']} items, {totals['expired']} of them expired")
     out.line(f"size:             {_human_size(totals['size'])} in value files")
     out.line(f"volume:           {_human_size(totals['volume'])} on disk (database and value files)")
     recording = "" if settings.get("statistics") else " (statistics are off)"
@@ -317,18 +322,19 @@ def cmd_keys(args: argparse.Namespace, shards: list[Cache], out: _Output) -> int
     tag = ENOVAL if args.tag is None else _parse_typed(args.tag, args.tag_type, "tag")
     if args.limit is not None and args.limit < 0:
         raise CommandError("--limit must be >= 0", EXIT_USAGE)
-    listed = []
+    listed: list[dict[str, Any]] = []
+    printed = 0
     for shard in shards:
         for key, expire_time, item_tag in _iter_items(shard, tag, args.expired):
-            if args.limit is not None and len(listed) >= args.limit:
+            if args.limit is not None and printed >= args.limit:
                 break
+            printed += 1
             if out.as_json:
                 listed.append(
                     {"key": _present(key, True), "expire_time": expire_time, "tag": _tagged(item_tag)}
                 )
             else:
                 out.line(_present(key, False))
-                listed.append(None)
     if out.as_json:
         out.json(listed)
     return EXIT_OK
@@ -534,16 +540,16 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--expired", action="store_true",
                       help="include expired items that have not been removed yet")
     get = command("get", "print the value stored under KEY")
-    get.add_argument("key", metavar="KEY")
+    get.add_argument("key", metavar="KEY", help="the key (text, unless --key-type says otherwise)")
     _add_typed(get, "key", "key")
     get.add_argument("--raw", action="store_true",
                      help="write the value's bytes (text as UTF-8) to stdout, nothing added")
     delete = command("delete", "remove KEY")
-    delete.add_argument("key", metavar="KEY")
+    delete.add_argument("key", metavar="KEY", help="the key (text, unless --key-type says otherwise)")
     _add_typed(delete, "key", "key")
     command("expire", "remove expired items")
     evict = command("evict", "remove every item tagged TAG")
-    evict.add_argument("tag", metavar="TAG")
+    evict.add_argument("tag", metavar="TAG", help="the tag (text, unless --tag-type says otherwise)")
     _add_typed(evict, "tag", "tag")
     clear = command("clear", "remove every item (asks first unless --yes)")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -595,8 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _opened(args: argparse.Namespace) -> Iterator[list[Cache]]:
     try:
         shards = open_shards(args.directory, DISKS[args.disk], args.timeout)
-    except TypeError as exc:  # e.g. disk_* settings of a custom Disk class
-        raise CommandError(f"{args.directory}: cannot open with --disk {args.disk}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # e.g. disk_* settings of a custom Disk class
+        raise CommandError(f"{args.directory}: cannot open the cache: {exc}") from exc
     try:
         yield shards
     finally:

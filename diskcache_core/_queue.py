@@ -1,0 +1,133 @@
+"""Queue operations on a cache: push, pull and peek at either end, and peekitem.
+
+Queues live among the cache's items under integer keys from 500000000000000 (or
+``'prefix-500000000000000'`` strings), in key order; python-diskcache's layout and results.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import _schema as sql
+from ._arguments import QUEUE_START, check_side, check_tag, expire_at, key_range, shape
+from ._store import Store
+
+__all__ = ["QueueMixin"]
+
+_MIN_WRITE_CHARGE = 1024
+_now = time.time
+
+
+class QueueMixin(Store):
+    """push/pull/peek/peekitem for Cache."""
+
+    def push(
+        self,
+        value: Any,
+        prefix: str | None = None,
+        side: str = "back",
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> Any:
+        """Push `value` onto the `side` of the queue named `prefix`; return its key.
+
+        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
+        """
+        check_side(side, ("back", "front"))
+        low, high = key_range(prefix)
+        now = _now()
+        expires = None if expire is None else expire_at(now, expire)
+        if tag is not None:
+            check_tag(tag)
+        size, mode, filename, db_value = self._disk.store(value, read)
+        with self._transaction(retry, new_file=filename) as state:
+            row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
+            if row is None:
+                number = QUEUE_START
+            else:
+                last = row[0]
+                number = last if prefix is None else int(last[last.rfind("-") + 1:])
+                number += 1 if side == "back" else -1
+            db_key = number if prefix is None else f"{prefix}-{number:015d}"
+            state.execute(sql.INSERT, (db_key, True, now, expires, tag, size, mode, filename, db_value))
+        self._settle(self._state(), max(size, _MIN_WRITE_CHARGE))
+        return db_key
+
+    def pull(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        check_side(side, ("front", "back"))
+        low, high = key_range(prefix)
+        while True:  # each pass removes a row, so this ends when the queue does
+            now = _now()
+            rows = self._write(sql.QUEUE_PULL[side], (low, high), retry, settle=False).fetchall()
+            state = self._state()
+            try:
+                if not rows:
+                    return shape(default, None, None, expire_time, tag)
+                db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
+                if db_expire is not None and db_expire < now:
+                    continue
+                try:
+                    value = self._disk.fetch(mode, filename, db_value, False)
+                except FileNotFoundError:
+                    continue
+                return shape((db_key, value), db_expire, db_tag, expire_time, tag)
+            finally:
+                self._settle(state)
+
+    def peek(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Return ``(key, value)`` at the `side` of the queue without removing it."""
+        check_side(side, ("front", "back"))
+        low, high = key_range(prefix)
+        while True:
+            now = _now()
+            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
+            if not rows:
+                return shape(default, None, None, expire_time, tag)
+            rowid, db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
+            if db_expire is not None and db_expire < now:
+                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
+                continue
+            try:
+                value = self._disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                continue
+            return shape((db_key, value), db_expire, db_tag, expire_time, tag)
+
+    def peekitem(self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False) -> Any:
+        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
+        statement = sql.PEEK_LAST if last else sql.PEEK_FIRST
+        while True:
+            now = _now()
+            rows = self._read(statement)
+            if not rows:
+                raise KeyError("dictionary is empty")
+            rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
+            if db_expire is not None and db_expire < now:
+                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
+                continue
+            try:
+                value = self._disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                continue
+            key = self._disk.get(db_key, raw)
+            return shape((key, value), db_expire, db_tag, expire_time, tag)

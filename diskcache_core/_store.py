@@ -1,0 +1,199 @@
+"""Store: running statements on this thread's connection, transactions, and value-file upkeep.
+
+The base of Cache (and of its queue and eviction faces). A write runs as one autocommit
+statement, or inside `transact`; afterwards the value files it released are removed — only
+once it has committed (invariant 2), and never when it rolled back — and the bytes it wrote
+count towards the next size check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from typing import Any, Iterator
+
+from . import _reaper
+from ._connections import ConnectionPool, ThreadState
+from ._disk import Disk
+from ._errors import is_busy, translate_sqlite_error
+
+__all__ = ["Store"]
+
+
+class Store:
+    """Statement execution and transactions over a ConnectionPool; see the module docstring."""
+
+    _pool: ConnectionPool
+    _local: threading.local
+    _disk: Disk
+    _timeout: float
+    _unchecked: int  # bytes written since the last size check
+    _check_every: int
+
+    def _check_size(self) -> None:
+        """The write path's periodic size and expiry check (EvictionMixin provides it)."""
+        raise NotImplementedError
+
+    def _state(self) -> ThreadState:
+        try:
+            return self._local.state
+        except AttributeError:
+            return self._pool.state()
+
+    def _read(self, statement: str, params: Any = ()) -> list[Any]:
+        """Run a read statement; reads never wait on writers in WAL mode, but may retry."""
+        try:
+            execute = self._local.execute
+        except AttributeError:
+            execute = self._pool.state().execute
+        try:
+            return execute(statement, params).fetchall()
+        except sqlite3.Error as exc:
+            return self._retry_read(exc, statement, params)
+
+    def _retry_read(self, exc: sqlite3.Error, statement: str, params: Any) -> list[Any]:
+        deadline = time.monotonic() + self._timeout
+        while is_busy(exc) and time.monotonic() < deadline:
+            time.sleep(0.001)
+            try:
+                return self._state().execute(statement, params).fetchall()
+            except sqlite3.Error as again:
+                exc = again
+        raise translate_sqlite_error(exc) from exc
+
+    def _write(
+        self,
+        statement: str,
+        params: Any,
+        retry: bool,
+        new_file: str | None = None,
+        charge: int = 0,
+        settle: bool = True,
+    ) -> sqlite3.Cursor:
+        """Run one write statement (autocommit unless inside `transact`) and settle its files.
+
+        `new_file` is the value file the statement makes a row name: removed if the statement
+        fails. `charge` is the bytes written, counted towards the next size check. With
+        `settle=False` the caller reads the rows (RETURNING) and then calls `_settle`.
+        """
+        try:
+            state = self._local.state
+        except AttributeError:
+            state = self._pool.state()
+        mark = len(state.released) if state.depth else 0
+        try:
+            cursor = state.execute(statement, params)
+        except sqlite3.Error as exc:
+            cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
+        if state.depth:
+            if new_file is not None:
+                state.created.append(new_file)
+        elif settle:
+            if state.released:
+                self._remove_released(state)
+            if charge:  # removals (charge 0) never trigger the size check themselves
+                self._unchecked += charge
+                if self._unchecked >= self._check_every:
+                    self._check_size()
+        return cursor
+
+    def _write_failed(
+        self,
+        state: ThreadState,
+        exc: sqlite3.Error,
+        statement: str,
+        params: Any,
+        retry: bool,
+        new_file: str | None,
+        mark: int,
+    ) -> sqlite3.Cursor:
+        while retry and is_busy(exc) and not state.depth:
+            try:
+                return state.execute(statement, params)
+            except sqlite3.Error as again:
+                exc = again
+        del state.released[mark:]  # the failed statement's changes were rolled back
+        if new_file is not None:
+            self._remove_file(new_file)
+        raise translate_sqlite_error(exc) from exc
+
+    def _settle(self, state: ThreadState, charge: int = 0) -> None:
+        """After a statement committed: remove the files it released; count its bytes."""
+        if state.depth:
+            return
+        if state.released:
+            self._remove_released(state)
+        if charge:
+            self._unchecked += charge
+            if self._unchecked >= self._check_every:
+                self._check_size()
+
+    def _remove_released(self, state: ThreadState) -> None:
+        names = list(state.released)
+        state.released.clear()
+        _reaper.remove_later(self._disk, names)
+
+    def _remove_file(self, name: str) -> None:
+        _reaper.remove_now(self._disk, name)
+
+    @contextlib.contextmanager
+    def _transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
+        """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer."""
+        state = self._state()
+        if state.depth:
+            state.depth += 1
+            try:
+                yield state
+            finally:
+                state.depth -= 1
+            return
+        while True:
+            try:
+                state.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.Error as exc:
+                if retry and is_busy(exc):
+                    continue
+                if new_file is not None:
+                    self._remove_file(new_file)
+                raise translate_sqlite_error(exc) from exc
+        state.depth = 1
+        if new_file is not None:
+            state.created.append(new_file)
+        try:
+            yield state
+        except BaseException:
+            state.depth = 0
+            self._rollback(state)
+            raise
+        state.depth = 0
+        try:
+            state.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback(state)
+            raise translate_sqlite_error(exc) from exc
+        state.created.clear()
+        if state.released:
+            self._remove_released(state)
+
+    def _rollback(self, state: ThreadState) -> None:
+        if state.con.in_transaction:
+            state.execute("ROLLBACK")
+        state.released.clear()  # nothing stopped naming them after all
+        created = list(state.created)
+        state.created.clear()
+        for name in created:
+            self._remove_file(name)
+
+    @contextlib.contextmanager
+    def transact(self, retry: bool = False) -> Iterator[None]:
+        """Context manager: a write transaction; what runs inside is atomic.
+
+        Other writers wait while it is open (keep it short); readers do not. Transactions nest
+        and belong to the thread that opened them. Raises Timeout when the lock cannot be had
+        within the cache's timeout and `retry` is False.
+        """
+        with self._transaction(retry):
+            yield
