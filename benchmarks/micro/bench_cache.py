@@ -1,0 +1,119 @@
+"""Micro-benchmarks of single cache operations (see ``operations.py`` for names and targets).
+
+Each benchmark opens a fresh cache, pre-populates what the operation needs, then times one call
+per round; keys and values are handed to the call by an untimed setup, so the timed region is the
+cache method alone. After timing, each benchmark checks the cache's answer, so a broken
+implementation fails instead of looking fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable
+
+from benchmarks.micro.implementations import CacheLike
+from benchmarks.micro.measure import Measure, Setup
+
+KEY_COUNT = 1_000
+VALUE_100B = b"a" * 100
+OTHER_100B = b"b" * 100
+VALUE_10KB = b"c" * 10_000
+VALUE_1MB = b"d" * 1_000_000  # above the 32 KiB default disk_min_file_size: a value file
+OTHER_1MB = b"e" * 1_000_000
+
+OpenCache = Callable[..., CacheLike]
+
+
+def names(prefix: str, count: int) -> list[str]:
+    """Return ``count`` distinct str keys."""
+    return [f"{prefix}-{index}" for index in range(count)]
+
+
+def populate(cache: CacheLike, keys: Iterable[str], value: Any) -> None:
+    for key in keys:
+        cache.set(key, value)
+
+
+def arguments(calls: Iterator[tuple[Any, ...]]) -> Setup:
+    """Turn an iterator of argument tuples into a pedantic ``setup``."""
+    return lambda: (next(calls), {})
+
+
+def measure_get_hits(cache: CacheLike, measure: Measure, operation: str, value: bytes) -> None:
+    keys = names("key", KEY_COUNT)
+    populate(cache, keys, value)
+    last = measure(operation, cache.get, arguments((key,) for key in itertools.cycle(keys)))
+    assert last == value
+
+
+def measure_new_keys(cache: CacheLike, measure: Measure, operation: str, value: bytes) -> None:
+    populate(cache, names("key", KEY_COUNT), VALUE_100B)
+    new_keys = (f"new-{index}" for index in itertools.count())
+    assert measure(operation, cache.set, arguments((key, value) for key in new_keys)) is True
+    assert cache.get("new-0") == value
+
+
+def test_get_hit_100b(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_hits(open_cache(), measure, "get_hit_100b", VALUE_100B)
+
+
+def test_get_hit_10kb(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_hits(open_cache(), measure, "get_hit_10kb", VALUE_10KB)
+
+
+def test_get_miss(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    populate(cache, names("key", KEY_COUNT), VALUE_100B)
+    missing = itertools.cycle(names("missing", KEY_COUNT))
+    assert measure("get_miss", cache.get, arguments((key,) for key in missing)) is None
+
+
+def test_set_new_100b(open_cache: OpenCache, measure: Measure) -> None:
+    measure_new_keys(open_cache(), measure, "set_new_100b", VALUE_100B)
+
+
+def test_set_overwrite_100b(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    keys = names("key", KEY_COUNT)
+    populate(cache, keys, VALUE_100B)
+    calls = ((key, OTHER_100B) for key in itertools.cycle(keys))
+    assert measure("set_overwrite_100b", cache.set, arguments(calls)) is True
+    assert cache.get(keys[0]) == OTHER_100B
+
+
+def test_set_10kb(open_cache: OpenCache, measure: Measure) -> None:
+    measure_new_keys(open_cache(), measure, "set_10kb", VALUE_10KB)
+
+
+def test_set_1mb(open_cache: OpenCache, measure: Measure) -> None:
+    # Overwrites of a few keys: each call writes one value file and removes the one it replaces,
+    # so memory and disk stay bounded; with new keys, hundreds of MB of dirty pages would pile up
+    # and whichever side ran later would hit kernel writeback stalls.
+    cache = open_cache()
+    keys = names("big", 8)
+    populate(cache, keys, VALUE_1MB)
+    calls = ((key, OTHER_1MB) for key in itertools.cycle(keys))
+    assert measure("set_1mb", cache.set, arguments(calls)) is True
+    assert cache.get(keys[0]) == OTHER_1MB
+
+
+def test_delete(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    keys = names("key", measure.calls("delete"))  # one existing key per call
+    populate(cache, keys, VALUE_100B)
+    assert measure("delete", cache.delete, arguments((key,) for key in keys)) is True
+    assert cache.get(keys[0]) is None
+
+
+def test_incr(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    counters = names("counter", 100)
+    populate(cache, counters, 0)
+    measure("incr", cache.incr, arguments((key,) for key in itertools.cycle(counters)))
+    assert sum(cache.get(key) for key in counters) == measure.calls("incr")
+
+
+def test_get_lru(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache(eviction_policy="least-recently-used")
+    measure_get_hits(cache, measure, "get_lru", VALUE_100B)

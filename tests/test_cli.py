@@ -1,0 +1,446 @@
+"""The command-line tool, driven as users run it: ``python -m diskcache_core ...`` in a subprocess."""
+
+from __future__ import annotations
+
+import fractions
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import diskcache_core as dc
+from diskcache_core import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG = b'x' * 100_000  # stored in a value file
+
+
+def run(*args: str, stdin: str | None = '', **kwargs) -> subprocess.CompletedProcess:
+    """Run the tool; stdin is an empty pipe (not a terminal) unless given."""
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+    options = {'input': stdin} if stdin is not None else {}
+    return subprocess.run(
+        [sys.executable, '-m', 'diskcache_core', *map(str, args)],
+        check=False, capture_output=True, text=True, env=env, timeout=60, **options, **kwargs,
+    )
+
+
+def run_json(*args: str):
+    result = run(*args, '--json')
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def snapshot(path: Path) -> dict:
+    """Every file and directory under `path` with its size and modification time."""
+    if not path.exists():
+        return {}
+    found = {'.': path.stat().st_mtime_ns}
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = Path(dirpath) / name
+            found[str(full.relative_to(path))] = (full.stat().st_size, full.stat().st_mtime_ns)
+    return found
+
+
+@pytest.fixture
+def cache_path(tmp_path: Path) -> Path:
+    """A closed cache with a few kinds of keys, values, tags and one expired item."""
+    directory = tmp_path / 'cache'
+    with dc.Cache(directory, statistics=True) as cache:
+        cache.set('text', 'hello', tag='greeting')
+        cache.set(7, b'\x00seven')
+        cache.set(b'raw', [1, 2])
+        cache.set(1.5, 'float key')
+        cache.set('big', BIG, tag='greeting')
+        cache.set('fraction', fractions.Fraction(1, 3), tag=42)
+        cache.set('gone', 'old', expire=-1)
+        assert cache.get('text') == 'hello'
+        assert cache.get('missing') is None
+    return directory
+
+
+def test_help_and_usage_errors():
+    assert run('--help').returncode == 0
+    missing_command = run()
+    assert missing_command.returncode == 2
+    assert 'usage' in missing_command.stderr
+    assert run('stats').returncode == 2
+
+
+def test_stats(cache_path):
+    result = run('stats', cache_path)
+    assert result.returncode == 0, result.stderr
+    assert '7 items, 1 of them expired' in result.stdout
+    assert 'least-recently-stored' in result.stdout
+    assert 'size_limit' in result.stdout
+    document = run_json('stats', cache_path)
+    assert document['count'] == 7
+    assert document['expired'] == 1
+    assert document['size'] == len(BIG)
+    assert document['volume'] >= len(BIG)
+    assert (document['hits'], document['misses']) == (1, 1)
+    assert document['eviction_policy'] == 'least-recently-stored'
+    assert document['statistics'] is True
+    assert document['settings']['size_limit'] == 2**30
+    assert set(dc.DEFAULT_SETTINGS) <= set(document['settings'])
+
+
+def test_json_option_before_the_command(cache_path):
+    result = run('--json', 'stats', cache_path)
+    assert json.loads(result.stdout)['count'] == 7
+
+
+def _contents(path: Path) -> dict:
+    # SQLite creates and removes the -wal/-shm files of any connection; the rest must not change.
+    return {name: state for name, state in snapshot(path).items()
+            if name != '.' and not name.endswith(('-wal', '-shm'))}
+
+
+def test_reading_commands_write_nothing(cache_path):
+    before = _contents(cache_path)
+    for command in (['stats'], ['keys'], ['settings'], ['check']):
+        assert run(command[0], cache_path, *command[1:]).returncode == 0
+    assert _contents(cache_path) == before
+
+
+def test_keys(cache_path):
+    result = run('keys', cache_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ['text', '7', "b'raw'", '1.5', 'big', 'fraction']
+    assert run('keys', cache_path, '--limit', '2').stdout.splitlines() == ['text', '7']
+    assert run('keys', cache_path, '--tag', 'greeting').stdout.splitlines() == ['text', 'big']
+    assert run('keys', cache_path, '--tag', '42', '--tag-type', 'int').stdout.splitlines() == [
+        'fraction'
+    ]
+    assert 'gone' in run('keys', cache_path, '--expired').stdout.splitlines()
+
+
+def test_keys_json(cache_path):
+    listed = run_json('keys', cache_path)
+    assert [item['key'] for item in listed] == [
+        {'type': 'str', 'value': 'text'},
+        {'type': 'int', 'value': 7},
+        {'type': 'bytes', 'hex': b'raw'.hex()},
+        {'type': 'float', 'value': 1.5},
+        {'type': 'str', 'value': 'big'},
+        {'type': 'str', 'value': 'fraction'},
+    ]
+    assert listed[0]['tag'] == {'type': 'str', 'value': 'greeting'}
+    assert listed[1]['tag'] == {'type': 'none', 'value': None}
+    assert listed[0]['expire_time'] is None
+
+
+@pytest.mark.parametrize(
+    ('args', 'printed'),
+    [
+        (['text'], 'hello'),
+        (['7', '--int'], repr(b'\x00seven')),
+        (['7', '--key-type', 'int'], repr(b'\x00seven')),
+        (['raw', '--bytes'], '[1, 2]'),
+        ([b'raw'.hex(), '--key-type', 'hex'], '[1, 2]'),
+        (['1.5', '--key-type', 'float'], 'float key'),
+    ],
+)
+def test_get(cache_path, args, printed):
+    result = run('get', cache_path, *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == printed + '\n'
+
+
+def test_get_json(cache_path):
+    document = run_json('get', cache_path, 'text')
+    assert document == {
+        'key': {'type': 'str', 'value': 'text'},
+        'found': True,
+        'value': {'type': 'str', 'value': 'hello'},
+        'expire_time': None,
+        'tag': {'type': 'str', 'value': 'greeting'},
+    }
+    assert run_json('get', cache_path, '7', '--int')['value'] == {
+        'type': 'bytes', 'hex': b'\x00seven'.hex()
+    }
+    assert run_json('get', cache_path, 'raw', '--bytes')['value'] == {
+        'type': 'object', 'class': 'builtins.list', 'repr': '[1, 2]'
+    }
+
+
+def test_get_raw_streams_the_bytes(cache_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, '-m', 'diskcache_core', 'get', str(cache_path), 'big', '--raw'],
+        check=False, capture_output=True, env=env, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == BIG
+
+
+def test_get_missing_key(cache_path):
+    result = run('get', cache_path, 'nope')
+    assert result.returncode == 1
+    assert result.stdout == ''
+    assert 'not found' in result.stderr
+    # '7' as a str is not the int key 7
+    assert run('get', cache_path, '7').returncode == 1
+    assert run('get', cache_path, 'gone').returncode == 1
+    missing = run('get', cache_path, 'nope', '--json')
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)['found'] is False
+
+
+def test_get_bad_key_text_is_a_usage_error(cache_path):
+    result = run('get', cache_path, 'seven', '--int')
+    assert result.returncode == 2
+    assert 'not a valid int' in result.stderr
+
+
+def test_get_refuses_unsafe_pickles_unless_told(cache_path):
+    refused = run('get', cache_path, 'fraction')
+    assert refused.returncode == 3
+    assert 'refusing to unpickle fractions.Fraction' in refused.stderr
+    assert '--disk pickle' in refused.stderr
+    allowed = run('get', cache_path, 'fraction', '--disk', 'pickle')
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout == repr(fractions.Fraction(1, 3)) + '\n'
+
+
+def test_delete(cache_path):
+    result = run('delete', cache_path, '7', '--int')
+    assert result.returncode == 0, result.stderr
+    assert run('delete', cache_path, '7', '--int').returncode == 1
+    assert run_json('delete', cache_path, 'text') == {
+        'key': {'type': 'str', 'value': 'text'}, 'deleted': True
+    }
+    with dc.Cache(cache_path) as cache:
+        assert 7 not in cache and 'text' not in cache
+        assert 'big' in cache
+
+
+def test_expire(cache_path):
+    result = run('expire', cache_path)
+    assert result.returncode == 0, result.stderr
+    assert 'removed 1 expired' in result.stdout
+    assert run_json('expire', cache_path) == {'removed': 0}
+    with dc.Cache(cache_path) as cache:
+        assert len(cache) == 6
+
+
+def test_evict(cache_path):
+    assert run_json('evict', cache_path, 'greeting') == {
+        'tag': {'type': 'str', 'value': 'greeting'}, 'removed': 2
+    }
+    result = run('evict', cache_path, '42', '--tag-type', 'int')
+    assert result.returncode == 0, result.stderr
+    assert 'removed 1 item' in result.stdout
+    with dc.Cache(cache_path) as cache:
+        assert sorted(map(str, cache)) == ['1.5', '7', "b'raw'", 'gone']
+
+
+def test_clear_with_yes(cache_path):
+    assert run_json('clear', cache_path, '--yes') == {'removed': 7}
+    with dc.Cache(cache_path) as cache:
+        assert len(cache) == 0
+
+
+def test_clear_refuses_without_a_terminal(cache_path):
+    for stdin in ('', 'y\n'):
+        result = run('clear', cache_path, stdin=stdin)
+        assert result.returncode == 2
+        assert '--yes' in result.stderr
+    with dc.Cache(cache_path) as cache:
+        assert len(cache) == 7
+
+
+@pytest.mark.skipif(sys.platform == 'win32', reason='needs a pseudo-terminal')
+@pytest.mark.parametrize(('answer', 'cleared'), [('y\n', True), ('yes\n', True), ('n\n', False), ('\n', False)])
+def test_clear_asks_on_a_terminal(cache_path, answer, cleared):
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, answer.encode())
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        result = subprocess.run(
+            [sys.executable, '-m', 'diskcache_core', 'clear', str(cache_path)],
+            stdin=terminal, check=False, capture_output=True, text=True, env=env, timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert 'Remove all 7 item(s)' in result.stderr
+    assert result.returncode == (0 if cleared else 1)
+    with dc.Cache(cache_path) as cache:
+        assert len(cache) == (0 if cleared else 7)
+
+
+def test_settings_show(cache_path):
+    result = run('settings', cache_path)
+    assert result.returncode == 0, result.stderr
+    assert 'size_limit = 1073741824' in result.stdout
+    assert "eviction_policy = 'least-recently-stored'" in result.stdout
+    shown = run_json('settings', cache_path)
+    assert shown['size_limit'] == 2**30
+    assert 'count' not in shown and 'hits' not in shown
+    assert run_json('settings', cache_path, 'cull_limit') == {'name': 'cull_limit', 'value': 10}
+    assert run('settings', cache_path, 'no_such_setting').returncode == 1
+
+
+@pytest.mark.parametrize(
+    ('name', 'text', 'value'),
+    [
+        ('size_limit', '1000000', 1_000_000),
+        ('size_limit', '2_000_000', 2_000_000),
+        ('cull_limit', '0', 0),
+        ('statistics', 'false', 0),
+        ('eviction_policy', 'none', 'none'),
+        ('eviction_policy', 'least-recently-used', 'least-recently-used'),
+        ('disk_compress', 'zlib', 'zlib'),
+        ('disk_compress_level', 'none', None),
+        ('sqlite_cache_size', '4096', 4096),
+    ],
+)
+def test_settings_change_persists(cache_path, name, text, value):
+    result = run('settings', cache_path, name, text, '--json')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)['value'] == value
+    with dc.Cache(cache_path) as cache:
+        assert getattr(cache, name) == value
+        assert cache.get('text') == 'hello'
+    assert run_json('settings', cache_path)[name] == value
+
+
+@pytest.mark.parametrize(
+    ('name', 'text'),
+    [
+        ('size_limit', '-1'),
+        ('size_limit', 'big'),
+        ('size_limit', '1.5'),
+        ('eviction_policy', 'random'),
+        ('count', '3'),
+        ('no_such_setting', '1'),
+        ('disk_compress', 'brotli'),
+    ],
+)
+def test_settings_bad_value_changes_nothing(cache_path, name, text):
+    before = run_json('settings', cache_path)
+    result = run('settings', cache_path, name, text)
+    assert result.returncode == 2
+    assert 'cannot set' in result.stderr
+    assert run_json('settings', cache_path) == before
+
+
+def test_check(cache_path):
+    clean = run('check', cache_path)
+    assert clean.returncode == 0, clean.stderr
+    assert 'no problems' in clean.stdout
+    assert run_json('check', cache_path) == {'problems': [], 'fixed': False}
+
+    stray = cache_path / 'ab' / 'stray.val'
+    stray.parent.mkdir()
+    stray.write_bytes(b'orphan')
+    found = run('check', cache_path, '--json')
+    assert found.returncode == 1
+    problems = json.loads(found.stdout)['problems']
+    assert {'category': 'UnknownFileWarning', 'message': f'unknown file: {stray}'} in problems
+    assert stray.exists()
+
+    fixed = run('check', cache_path, '--fix')
+    assert fixed.returncode == 0, fixed.stderr
+    assert 'fixed' in fixed.stdout
+    assert not stray.exists()
+    assert run('check', cache_path).returncode == 0
+
+
+ALL_COMMANDS = [
+    ['stats'], ['check'], ['check', '--fix'], ['keys'], ['get', 'k'], ['delete', 'k'],
+    ['expire'], ['evict', 't'], ['clear', '--yes'], ['settings'], ['settings', 'size_limit', '5'],
+]
+
+
+@pytest.mark.parametrize('command', ALL_COMMANDS, ids=' '.join)
+def test_missing_directory_is_not_created(tmp_path, command):
+    target = tmp_path / 'nothing' / 'here'
+    result = run(command[0], target, *command[1:])
+    assert result.returncode == 2
+    assert 'no such directory' in result.stderr
+    assert result.stdout == ''
+    assert not (tmp_path / 'nothing').exists()
+
+
+@pytest.mark.parametrize('command', ALL_COMMANDS, ids=' '.join)
+def test_directory_without_cache_is_untouched(tmp_path, command):
+    target = tmp_path / 'plain'
+    target.mkdir()
+    (target / 'notes.txt').write_text('not a cache')
+    before = snapshot(target)
+    result = run(command[0], target, *command[1:], '--json')
+    assert result.returncode == 2
+    assert 'not a cache directory' in result.stderr
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize('content', ['empty', 'other-database', 'garbage'])
+def test_foreign_cache_db_is_untouched(tmp_path, content):
+    target = tmp_path / 'foreign'
+    target.mkdir()
+    database = target / 'cache.db'
+    if content == 'empty':
+        database.write_bytes(b'')
+    elif content == 'garbage':
+        database.write_bytes(b'this is not sqlite' * 100)
+    else:
+        con = sqlite3.connect(database)
+        con.execute('CREATE TABLE Other (x)')
+        con.commit()
+        con.close()
+    before = snapshot(target)
+    for command in (['stats'], ['settings', 'size_limit', '5'], ['clear', '--yes']):
+        result = run(command[0], target, *command[1:])
+        assert result.returncode == 2
+        assert 'not a cache database' in result.stderr
+    assert snapshot(target) == before
+
+
+def test_file_instead_of_directory(tmp_path):
+    target = tmp_path / 'file'
+    target.write_text('x')
+    result = run('stats', target)
+    assert result.returncode == 2
+    assert 'not a directory' in result.stderr
+
+
+def test_opens_python_diskcache_directory(tmp_path):
+    diskcache = pytest.importorskip('diskcache')
+    directory = tmp_path / 'theirs'
+    with diskcache.Cache(str(directory)) as theirs:
+        theirs.set('key', 'value')
+    assert run('get', directory, 'key').stdout == 'value\n'
+
+
+def test_setting_value_parsing():
+    parse = cli.parse_setting_value
+    assert parse('size_limit', '10') == 10
+    assert parse('sqlite_mmap_size', '1.5') == 1.5
+    assert parse('statistics', 'true') is True
+    assert parse('disk_compress', 'None') is None
+    assert parse('sqlite_journal_mode', 'wal') == 'wal'
+    assert parse('eviction_policy', 'none') == 'none'
+
+
+def test_find_shard_directories(tmp_path, cache_path):
+    assert cli.find_shard_directories(str(cache_path)) == [str(cache_path)]
+    with pytest.raises(cli.NotACacheError):
+        cli.find_shard_directories(str(tmp_path / 'missing'))
+    assert not (tmp_path / 'missing').exists()
+
+
+def test_main_in_process(cache_path, capsys):
+    assert cli.main(['keys', str(cache_path), '--limit', '1']) == 0
+    assert capsys.readouterr().out == 'text\n'
+    assert cli.main(['get', str(cache_path), 'nope']) == 1
+    assert cli.main(['--bogus']) == 2

@@ -1,0 +1,594 @@
+"""memoize and memoize_stampede: keys, options, methods, async functions, stampede protection."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import diskcache_core
+from diskcache_core import Timeout, memoize_stampede
+
+import memo_helpers
+
+HELPERS = os.path.abspath(memo_helpers.__file__)
+
+
+def counted(function):
+    """Wrap `function` so that its executions are counted in ``wrapper.calls``."""
+
+    def wrapper(*args, **kwargs):
+        wrapper.calls += 1
+        return function(*args, **kwargs)
+
+    wrapper.calls = 0
+    return wrapper
+
+
+# --- memoize: basic contract ----------------------------------------------------------------------
+
+
+def test_results_are_stored_under_cache_key(cache):
+    body = counted(lambda a, b=1: a + b)
+
+    @cache.memoize()
+    def add(a, b=1):
+        return body(a, b)
+
+    assert add(1, b=2) == 3
+    assert add(1, b=2) == 3
+    assert body.calls == 1
+    key = add.__cache_key__(1, b=2)
+    assert cache[key] == 3
+    assert add.__cache_key__(1, b=3) != key
+    del cache[key]
+    assert add(1, b=2) == 3
+    assert body.calls == 2
+
+
+def test_fibonacci_1000_recursing_through_the_cache(cache):
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))
+    try:
+        body = counted(lambda n: n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2))
+
+        @cache.memoize(name='fib')
+        def fibonacci(n):
+            return body(n)
+
+        result = fibonacci(1000)
+    finally:
+        sys.setrecursionlimit(limit)
+    a, b = 0, 1
+    for _ in range(1000):
+        a, b = b, a + b
+    assert result == a
+    assert body.calls == 1001  # each number computed once, the rest were hits
+    assert fibonacci(1000) == a and body.calls == 1001
+    assert cache[fibonacci.__cache_key__(999)] == b - a
+
+
+def test_forgetting_parentheses_raises(cache):
+    with pytest.raises(TypeError, match='name cannot be callable'):
+
+        @cache.memoize
+        def function():
+            pass
+
+
+def test_wrapper_keeps_signature_docstring_and_kind(cache):
+    def original(a: int, b: str = 'x', *args: float, c: bool = False, **kwargs: bytes) -> list:
+        """The docstring."""
+        return [a, b, args, c, kwargs]
+
+    async def coroutine(a: int, *, b: int = 2) -> int:
+        """Async docstring."""
+        return a
+
+    memoized = cache.memoize()(original)
+    assert inspect.signature(memoized) == inspect.signature(original)
+    assert memoized.__doc__ == 'The docstring.'
+    assert memoized.__name__ == 'original' and memoized.__wrapped__ is original
+    assert not inspect.iscoroutinefunction(memoized)
+    amemoized = cache.memoize()(coroutine)
+    assert inspect.signature(amemoized) == inspect.signature(coroutine)
+    assert amemoized.__doc__ == 'Async docstring.'
+    assert inspect.iscoroutinefunction(amemoized)
+
+
+def test_name_replaces_function_name_in_key(cache):
+    @cache.memoize(name='shared')
+    def first(x):
+        return 'first'
+
+    @cache.memoize(name='shared')
+    def second(x):
+        return 'second'
+
+    assert first(1) == 'first'
+    assert second(1) == 'first'  # same name, same key: one result
+    assert first.__cache_key__(1) == second.__cache_key__(1)
+    with pytest.raises(TypeError):
+        cache.memoize(name=42)
+
+
+def test_typed_separates_equal_values_of_different_types(cache):
+    plain_body = counted(lambda x: repr(x))
+    typed_body = counted(lambda x: repr(x))
+    plain = cache.memoize(name='plain')(plain_body)
+    typed = cache.memoize(name='typed', typed=True)(typed_body)
+
+    assert plain(1) == plain(1.0) == plain(True) == '1'
+    assert plain_body.calls == 1  # equal numbers share a key when untyped
+    assert plain.__cache_key__(3) == plain.__cache_key__(3.0)
+    assert [typed(1), typed(1.0), typed(True)] == ['1', '1.0', 'True']
+    assert typed_body.calls == 3
+    assert typed(1) == '1' and typed_body.calls == 3
+    assert typed.__cache_key__(3) != typed.__cache_key__(3.0)
+    assert typed.__cache_key__(x=3) != typed.__cache_key__(x=3.0)
+
+
+def test_ignore_positional_and_keyword_arguments(cache):
+    body = counted(lambda a, b, c=None, d=None: a)
+
+    @cache.memoize(ignore={1, 'd'})
+    def function(a, b, c=None, d=None):
+        return body(a, b, c, d)
+
+    assert function(1, 'x', c=1, d='p') == 1
+    assert function(1, 'y', c=1, d='q') == 1  # b (position 1) and d are not in the key
+    assert body.calls == 1
+    assert function(1, 'y', c=2, d='q') == 1  # c is
+    assert body.calls == 2
+    assert function.__cache_key__(5, object(), d=object()) == function.__cache_key__(5, 6)
+
+
+def test_expire_makes_results_expire(cache):
+    body = counted(lambda x: x)
+    function = cache.memoize(expire=0.3)(body)
+    function(1)
+    function(1)
+    assert body.calls == 1
+    time.sleep(0.5)
+    function(1)
+    assert body.calls == 2
+
+
+def test_expire_zero_looks_up_but_never_stores(cache):
+    body = counted(lambda x: x * 2)
+    function = cache.memoize(expire=0)(body)
+    assert function(1) == 2 and function(1) == 2
+    assert body.calls == 2
+    assert len(cache) == 0
+    cache.set(function.__cache_key__(1), 'stored elsewhere')
+    assert function(1) == 'stored elsewhere'
+    assert body.calls == 2
+
+
+def test_tag_is_applied_to_stored_results(cache):
+    function = cache.memoize(tag='results')(lambda x: x)
+    function(1)
+    function(2)
+    assert cache.get(function.__cache_key__(1), tag=True) == (1, 'results')
+    assert cache.evict('results') == 2
+
+
+def test_exceptions_are_not_cached(cache):
+    calls = []
+
+    @cache.memoize()
+    def failing(x):
+        calls.append(x)
+        raise ValueError(x)
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            failing(1)
+    assert calls == [1, 1]
+    assert len(cache) == 0
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+
+def test_keys_are_canonical_text_independent_of_object_identity(cache):
+    function = cache.memoize(name='m.f')(lambda *args, **kwargs: None)
+    one = 'x' * 40
+    other = ''.join(['x'] * 40)
+    assert one is not other
+    assert function.__cache_key__(one, one) == function.__cache_key__(one, other)
+    key = function.__cache_key__(1, 'a', b'\x00', 2.5, None, True, (1, 2.0), z=1, a='b')
+    # The documented shape, fixed forever: existing caches depend on it.
+    assert key == '["m.f",[1,"a",{"bytes":"00"},2.5,null,1,[1,2]],[["a","b"],["z",1]]]'
+    assert json.loads(key)[0] == 'm.f'
+
+
+def test_containers_are_told_apart_and_equal_ones_match(cache):
+    key = cache.memoize(name='k')(lambda x: None).__cache_key__
+    assert key((1, 2)) != key([1, 2])
+    assert key([1, 2]) != key({1, 2})
+    assert key({'a': 1, 'b': 2}) == key({'b': 2, 'a': 1})
+    assert key({3, 1, 2}) == key(frozenset({1, 2, 3}))
+    assert key(b'ab') != key('ab') and key('1') != key(1)
+    assert key(2**70) != key(2**70 + 1)
+    assert key(0.1) != key(0.1000000000001)
+
+
+def test_other_argument_types_fall_back_to_pickle(cache):
+    body = counted(lambda value: str(value))
+    function = cache.memoize()(body)
+    assert function(complex(1, 2)) == '(1+2j)'
+    assert function(complex(1, 2)) == '(1+2j)'
+    assert body.calls == 1
+    assert '"pickle"' in function.__cache_key__(complex(1, 2))
+
+
+@pytest.mark.slow
+def test_keys_and_hits_are_stable_across_interpreter_processes(tmp_path):
+    directory = str(tmp_path / 'cache')
+    reports = []
+    for seed in ('1', '2'):  # different str hashes in each interpreter
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=os.pathsep.join(sys.path))
+        done = subprocess.run(
+            [sys.executable, HELPERS, 'keys', directory],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout))
+    first, second = reports
+    assert first['keys'] == second['keys']
+    assert first['db_keys'] == second['db_keys']
+    assert len(set(first['keys'])) == len(first['keys'])
+    # ... and equal to the keys this process computes.
+    assert first == dict(memo_helpers.report_keys(str(tmp_path / 'other')), runs=1)
+    # The value memoized by the first interpreter was a hit in the second.
+    assert first['square'] == second['square'] == 49
+    assert first['runs'] == 1 and second['runs'] == 1
+
+
+# --- custom key and should_cache ------------------------------------------------------------------
+
+
+def test_custom_key_function(cache):
+    body = counted(lambda user, request_id: f'profile of {user}')
+
+    @cache.memoize(key=lambda user, request_id: user)
+    def profile(user, request_id):
+        return body(user, request_id)
+
+    @cache.memoize(key=lambda user, request_id: user)
+    def settings(user, request_id):
+        return f'settings of {user}'
+
+    assert profile('ann', 1) == profile('ann', 2) == 'profile of ann'
+    assert body.calls == 1
+    assert profile('bob', 1) == 'profile of bob' and body.calls == 2
+    assert settings('ann', 1) == 'settings of ann'  # namespaced by function name
+    assert profile.__cache_key__('ann', 99) == profile.__cache_key__('ann', 1)
+    with pytest.raises(ValueError):
+        cache.memoize(key=lambda x: x, typed=True)
+    with pytest.raises(TypeError):
+        cache.memoize(key='not callable')
+
+
+def test_should_cache_decides_what_is_stored(cache):
+    results = {1: None, 2: 'found'}
+    body = counted(lambda x: results[x])
+    function = cache.memoize(should_cache=lambda result: result is not None)(body)
+    assert function(1) is None and function(1) is None
+    assert body.calls == 2
+    assert function(2) == 'found' and function(2) == 'found'
+    assert body.calls == 3
+    assert function.__cache_key__(1) not in cache
+    assert function.__cache_key__(2) in cache
+
+
+# --- methods --------------------------------------------------------------------------------------
+
+
+class Account:
+    """A picklable class whose instances are part of memoize keys."""
+
+    calls = 0
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __eq__(self, other):
+        return isinstance(other, Account) and other.owner == self.owner
+
+    def __hash__(self):
+        return hash(self.owner)
+
+    def balance(self, currency):
+        Account.calls += 1
+        return f'{self.owner}:{currency}'
+
+
+def test_instance_methods_key_includes_self(cache, monkeypatch):
+    Account.calls = 0
+    # Instances are pickled into the key, so the class must be importable: attach the memoized
+    # methods to the module-level class for this test.
+    monkeypatch.setattr(Account, 'memo_balance', cache.memoize(name='balance')(Account.balance), raising=False)
+    monkeypatch.setattr(
+        Account, 'shared_balance', cache.memoize(name='shared', ignore={0})(Account.balance), raising=False
+    )
+    ann, bob = Account('ann'), Account('bob')
+    assert ann.memo_balance('eur') == 'ann:eur' and ann.memo_balance('eur') == 'ann:eur'
+    assert Account.calls == 1
+    assert Account('ann').memo_balance('eur') == 'ann:eur'  # an equal instance: same key
+    assert Account.calls == 1
+    assert bob.memo_balance('eur') == 'bob:eur'  # another self, another key
+    assert Account.calls == 2
+    assert Account.memo_balance.__cache_key__(ann, 'eur') in cache
+    assert ann.shared_balance('usd') == 'ann:usd'
+    assert bob.shared_balance('usd') == 'ann:usd'  # self ignored: one result for every instance
+    assert Account.calls == 3
+
+
+# --- async functions ------------------------------------------------------------------------------
+
+
+def test_async_function_caches_awaited_result(cache):
+    calls = []
+
+    @cache.memoize()
+    async def fetch(url, delay=0.01):
+        calls.append(url)
+        await asyncio.sleep(delay)
+        return f'body of {url}'
+
+    async def main():
+        first = await fetch('a')
+        again = await fetch('a')
+        many = await asyncio.gather(*(fetch(f'u{i % 5}') for i in range(20)))
+        return first, again, many
+
+    first, again, many = asyncio.run(main())
+    assert first == again == 'body of a'
+    assert many == [f'body of u{i % 5}' for i in range(20)]
+    assert calls.count('a') == 1
+    assert set(calls) == {'a'} | {f'u{i}' for i in range(5)}
+    stored = cache[fetch.__cache_key__('a')]
+    assert stored == 'body of a' and not inspect.iscoroutine(stored)
+    assert asyncio.run(fetch('a')) == 'body of a' and calls.count('a') == 1
+
+
+def test_async_function_options_and_exceptions(cache):
+    @cache.memoize(should_cache=lambda result: result is not None, typed=True)
+    async def lookup(x):
+        if x < 0:
+            raise KeyError(x)
+        return None if x == 0 else x * 10
+
+    async def main():
+        assert await lookup(1) == 10
+        assert await lookup(0) is None
+        with pytest.raises(KeyError):
+            await lookup(-1)
+
+    asyncio.run(main())
+    assert lookup.__cache_key__(1) in cache
+    assert lookup.__cache_key__(0) not in cache
+    assert len(cache) == 1
+
+
+# --- memoize_stampede: early recomputation -------------------------------------------------------
+
+
+def test_stampede_stores_result_and_compute_time(cache):
+    @memoize_stampede(cache, expire=10)
+    def slow(x):
+        time.sleep(0.05)
+        return x + 1
+
+    assert slow(1) == 2 and slow(1) == 2
+    result, compute_time = cache[slow.__cache_key__(1)]
+    assert result == 2 and 0.04 < compute_time < 1.0
+    with pytest.raises(TypeError, match='name cannot be callable'):
+        memoize_stampede(cache, 1, name=slow)
+
+
+def test_stampede_recomputes_early_in_background(cache):
+    random.seed(1234)
+    runs = []
+
+    @memoize_stampede(cache, expire=1.5)
+    def slow():
+        runs.append(time.monotonic())
+        time.sleep(0.2)
+        return len(runs)
+
+    started = time.monotonic()
+    assert slow() == 1
+    _, first_expiry = cache.get(slow.__cache_key__(), expire_time=True)
+    longest = 0.0
+    while time.monotonic() - started < 1.6 and len(runs) < 2:
+        before = time.monotonic()
+        assert slow() == 1  # the old result, while the refresh runs in the background
+        longest = max(longest, time.monotonic() - before)
+        time.sleep(0.01)
+    assert len(runs) == 2, 'no early recomputation before expiry'
+    assert runs[1] - started < 1.5  # started before the first result expired
+    assert longest < 0.15  # no caller waited for the 0.2 s computation
+    deadline = time.monotonic() + 2
+    while slow() != 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (value, _), expiry = cache.get(slow.__cache_key__(), expire_time=True)
+    assert value == 2 and expiry > first_expiry
+    assert len(runs) == 2  # one refresh at a time, not one per caller
+
+
+def test_stampede_async_function_refreshes_in_a_task(cache):
+    random.seed(99)
+    runs = []
+
+    @memoize_stampede(cache, expire=1.0)
+    async def slow():
+        runs.append(1)
+        await asyncio.sleep(0.1)
+        return len(runs)
+
+    async def main():
+        assert await slow() == 1
+        deadline = time.monotonic() + 3
+        while len(runs) < 2 and time.monotonic() < deadline:
+            assert await slow() == 1
+            await asyncio.sleep(0.01)
+        while await slow() != 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return await slow()
+
+    assert asyncio.run(main()) == 2
+    assert len(runs) == 2
+
+
+# --- memoize_stampede: single flight --------------------------------------------------------------
+
+
+def test_single_flight_threads_compute_once(cache):
+    @memoize_stampede(cache, expire=60, single_flight=True, lock_expire=10)
+    def slow(x):
+        cache.incr('runs')
+        time.sleep(0.3)
+        return x * 2
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(slow(21))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == [42] * 6
+    assert cache['runs'] == 1
+
+
+def test_single_flight_async_callers_compute_once(cache):
+    @memoize_stampede(cache, expire=60, single_flight=True)
+    async def slow(x):
+        await asyncio.to_thread(cache.incr, 'runs')
+        await asyncio.sleep(0.3)
+        return x * 2
+
+    async def main():
+        return await asyncio.gather(*(slow(21) for _ in range(10)))
+
+    assert asyncio.run(main()) == [42] * 10
+    assert cache['runs'] == 1
+
+
+def test_single_flight_waiter_gives_up_after_wait_timeout(cache):
+    entered = threading.Event()
+
+    @memoize_stampede(cache, expire=60, single_flight=True, wait_timeout=0.3, name='slow')
+    def slow():
+        entered.set()
+        time.sleep(1.0)
+        return 'done'
+
+    computer = threading.Thread(target=slow)
+    computer.start()
+    assert entered.wait(10)
+    began = time.monotonic()
+    with pytest.raises(Timeout):
+        slow()
+    assert 0.25 < time.monotonic() - began < 0.9
+    computer.join(10)
+    assert slow() == 'done'
+
+
+def test_single_flight_lock_is_released_when_the_function_raises(cache):
+    attempts = []
+
+    @memoize_stampede(cache, expire=60, single_flight=True, lock_expire=60, wait_timeout=2)
+    def flaky():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError('first attempt fails')
+        return 'ok'
+
+    with pytest.raises(RuntimeError):
+        flaky()
+    began = time.monotonic()
+    assert flaky() == 'ok'  # not blocked by a lock left behind
+    assert time.monotonic() - began < 1
+
+
+def test_stampede_option_validation(cache):
+    for options in ({'beta': -1}, {'lock_expire': 0}, {'wait_timeout': -1}):
+        with pytest.raises(ValueError):
+            memoize_stampede(cache, 1, **options)
+
+
+def _spawn():
+    return multiprocessing.get_context('spawn')
+
+
+@pytest.mark.slow
+def test_single_flight_eight_processes_compute_once(tmp_path):
+    directory = str(tmp_path / 'cache')
+    diskcache_core.Cache(directory).close()
+    context = _spawn()
+    start = context.Event()
+    results = context.Queue()
+    workers = [
+        context.Process(target=memo_helpers.single_flight_worker, args=(directory, start, results, 0.5, 20))
+        for _ in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.5)  # let every worker import and reach start.wait
+    start.set()
+    outcomes = [results.get(timeout=30) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    errors = [error for _, _, _, error in outcomes if error]
+    assert not errors
+    values = {value for _, value, _, _ in outcomes}
+    assert len(values) == 1 and values.pop().startswith('shared:')
+    with diskcache_core.Cache(directory) as cache:
+        assert cache['runs'] == 1  # computed exactly once among 8 processes
+    assert max(elapsed for _, _, elapsed, _ in outcomes) < 10
+
+
+@pytest.mark.slow
+def test_single_flight_survives_a_killed_computer(tmp_path):
+    directory = str(tmp_path / 'cache')
+    diskcache_core.Cache(directory).close()
+    context = _spawn()
+    started = context.Event()
+    lock_expire = 1.5
+    computer = context.Process(target=memo_helpers.hanging_computer, args=(directory, started, lock_expire))
+    computer.start()
+    try:
+        assert started.wait(30)
+        killed_at = time.monotonic()
+        os.kill(computer.pid, signal.SIGKILL)
+    finally:
+        computer.join(30)
+    start = context.Event()
+    start.set()
+    results = context.Queue()
+    waiter = context.Process(
+        target=memo_helpers.single_flight_worker, args=(directory, start, results, 0.1, lock_expire)
+    )
+    waiter.start()
+    _, value, _, error = results.get(timeout=30)
+    waited = time.monotonic() - killed_at
+    waiter.join(30)
+    assert error is None and value.startswith('shared:')
+    assert waited > lock_expire - 0.5  # it waited for the dead computer's lock ...
+    assert waited < lock_expire + 5  # ... until that expired, not forever
+    with diskcache_core.Cache(directory) as cache:
+        assert cache['runs'] == 1  # the waiter computed it (the killed computer never stored)

@@ -1,0 +1,200 @@
+"""The single-process micro-benchmarks (``benchmarks/micro``): a quick end-to-end run, the
+statistics and table code, and that a plain pytest run never collects the benchmarks.
+
+Speed targets are reported by ``python -m benchmarks.micro``, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is not an installed package; make it importable however pytest was started.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.micro.operations import (  # noqa: E402
+    OPERATIONS,
+    OPERATIONS_BY_NAME,
+    QUICK_REPEATS,
+)
+from benchmarks.micro.report import (  # noqa: E402
+    Comparison,
+    Summary,
+    compare,
+    format_table,
+    percentile,
+    summarise,
+)
+
+QUICK_RUN_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def quick_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    merged = tmp_path_factory.mktemp("micro") / "micro.json"
+    process = subprocess.run(
+        [sys.executable, "-m", "benchmarks.micro", "--quick", "--json", str(merged)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=QUICK_RUN_TIMEOUT,
+        check=False,
+    )
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    return process, json.loads(merged.read_text())
+
+
+def test_quick_run_measures_every_operation_for_both_implementations(
+    quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
+    _, report = quick_run
+    rows = {(row["operation"], row["family"]): row for row in report["comparisons"]}
+    for operation in OPERATIONS:
+        row = rows[operation.name, "Cache"]
+        assert row["ours"]["implementation"] == "diskcache_core.Cache"
+        assert row["peer"]["implementation"] == "diskcache.Cache"
+        expected_rounds = operation.rounds_per_repeat(quick=True)[0] * QUICK_REPEATS
+        for side in ("ours", "peer"):
+            summary = row[side]
+            assert summary["rounds"] == expected_rounds
+            assert len(summary["repeat_medians_s"]) == QUICK_REPEATS
+            assert 0 < summary["median_s"] <= summary["pooled_median_s"]
+            assert 0 < summary["pooled_median_s"] <= summary["p90_s"] <= summary["p99_s"]
+        assert row["ratio"] > 0
+        assert row["target"] == operation.target
+        assert isinstance(row["passed"], bool)
+
+
+def test_quick_run_prints_the_table(
+    quick_run: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
+    process, _ = quick_run
+    table_lines = [line for line in process.stdout.splitlines() if " | " in line]
+    for operation in OPERATIONS:
+        (line,) = [line for line in table_lines if line.startswith(operation.title + " ")]
+        cells = [cell.strip() for cell in line.split(" | ")]
+        assert len(cells) == 6
+        assert all(
+            float(value.replace(",", "")) > 0 for value in cells[1].split() + cells[2].split()
+        )
+        assert cells[5] in ("pass", "FAIL")
+    assert "targets met" in process.stdout
+
+
+def test_plain_pytest_does_not_collect_the_benchmarks() -> None:
+    process = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         str(REPO_ROOT / "benchmarks" / "micro")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=QUICK_RUN_TIMEOUT,
+        check=False,
+    )  # fmt: skip
+    assert process.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, process.stdout
+
+
+@pytest.mark.parametrize(
+    ("samples", "fraction", "expected"),
+    [
+        ([5.0], 0.99, 5.0),
+        ([3.0, 1.0, 2.0], 0.5, 2.0),
+        ([1.0, 2.0, 3.0, 4.0], 0.5, 2.5),
+        ([float(n) for n in range(1, 11)], 0.9, 9.1),
+        ([float(n) for n in range(1, 101)], 0.99, 99.01),
+        ([1.0, 2.0], 0.0, 1.0),
+        ([1.0, 2.0], 1.0, 2.0),
+    ],
+)
+def test_percentile_interpolates_between_closest_ranks(
+    samples: list[float], fraction: float, expected: float
+) -> None:
+    assert percentile(samples, fraction) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("samples", "fraction"), [([], 0.5), ([1.0], -0.1), ([1.0], 1.5)])
+def test_percentile_rejects_bad_input(samples: list[float], fraction: float) -> None:
+    with pytest.raises(ValueError):
+        percentile(samples, fraction)
+
+
+def raw_benchmark(
+    operation: str, implementation: str, ours: bool, data: list[float], repeat: int = 0
+) -> dict[str, Any]:
+    """One entry shaped like pytest-benchmark's JSON output."""
+    info = {
+        "operation": operation,
+        "implementation": implementation,
+        "family": "Cache",
+        "ours": ours,
+        "repeat": repeat,
+    }
+    return {"extra_info": info, "stats": {"data": data}}
+
+
+def summary(operation: str, ours: bool, median: float) -> Summary:
+    label = "diskcache_core.Cache" if ours else "diskcache.Cache"
+    return Summary(operation, label, "Cache", ours, 3, median, median, median, median, (median,))
+
+
+def test_summarise_pools_repeats_and_takes_the_least_disturbed_median() -> None:
+    raw = {
+        "benchmarks": [
+            raw_benchmark("incr", "diskcache_core.Cache", True, [1.0, 2.0, 3.0], repeat=0),
+            raw_benchmark("incr", "diskcache_core.Cache", True, [7.0, 8.0, 9.0], repeat=1),
+        ]
+    }
+    (result,) = summarise(raw)
+    assert result.rounds == 6
+    assert result.repeat_medians_s == (2.0, 8.0)
+    assert result.median_s == 2.0
+    assert result.pooled_median_s == 5.0
+    assert result.p99_s == pytest.approx(percentile([1, 2, 3, 7, 8, 9], 0.99))
+    assert result.ours and result.family == "Cache"
+
+
+def test_compare_pairs_ours_with_the_peer_in_table_order() -> None:
+    rows = compare(
+        [
+            summary("incr", ours=False, median=10.0),
+            summary("get_miss", ours=True, median=8.0),
+            summary("incr", ours=True, median=5.0),
+            summary("get_miss", ours=False, median=8.0),
+        ]
+    )
+    assert [row.operation.name for row in rows] == ["get_miss", "incr"]
+    get_miss, incr = rows
+    assert get_miss.ratio == 1.0 and get_miss.passed is False  # target 0.85
+    assert incr.ratio == 0.5 and incr.passed is True  # target 0.6
+
+
+def test_a_side_not_measured_is_reported_missing() -> None:
+    (row,) = compare([summary("delete", ours=True, median=1.0)])
+    assert row.ratio is None and row.passed is None
+    table = format_table([row])
+    assert "MISSING" in table and "n/a" in table
+
+
+def test_format_table_lists_each_row_with_its_result() -> None:
+    op = OPERATIONS_BY_NAME["set_1mb"]
+    rows = [
+        Comparison(op, "Cache", summary(op.name, True, 500e-6), summary(op.name, False, 1000e-6)),
+        Comparison(op, "FanoutCache", summary(op.name, True, 2e-3), summary(op.name, False, 1e-3)),
+    ]
+    lines = format_table(rows).splitlines()
+    cache_line = next(line for line in lines if line.startswith(op.title + " "))
+    fanout_line = next(line for line in lines if line.startswith(op.title + " [FanoutCache]"))
+    assert "500.0" in cache_line and "1,000" in cache_line
+    assert cache_line.endswith("pass") and "0.50" in cache_line
+    assert fanout_line.endswith("FAIL") and "2.00" in fanout_line
+    assert any(line.startswith("TARGET MISSED: " + op.title + " [FanoutCache]") for line in lines)
+    assert lines[-1].startswith("1 of 2 targets met")
