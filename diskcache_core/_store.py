@@ -143,6 +143,8 @@ class Store:
         """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer."""
         state = self._state()
         if state.depth:
+            if new_file is not None:
+                state.created.append(new_file)  # the outer transaction's rollback removes it
             state.depth += 1
             try:
                 yield state
