@@ -1,0 +1,81 @@
+"""Fixtures for the store tests.
+
+``cache_class`` parametrizes the shared conformance tests over every implementation of the
+Cache API (today only ``Cache``; ``FanoutCache`` joins when it exists). Tests that look inside
+the directory (``cache.db``, value files) use ``make_store`` / ``store``, which are always a
+single-shard ``Cache``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import diskcache_core
+
+# Names of the classes in diskcache_core that implement the Cache API and must pass the shared
+# conformance tests. A later issue adds 'FanoutCache' here.
+IMPLEMENTATIONS = ('Cache',)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def cache_class(request):
+    """A class implementing the Cache API (parametrized over all implementations)."""
+    return getattr(diskcache_core, request.param)
+
+
+@pytest.fixture
+def cache_dir(tmp_path) -> str:
+    """Path of a fresh cache directory (not yet created)."""
+    return str(tmp_path / 'cache')
+
+
+def _factory(cls, default_directory):
+    created = []
+
+    def make(directory=None, **kwargs):
+        instance = cls(default_directory if directory is None else directory, **kwargs)
+        created.append(instance)
+        return instance
+
+    return make, created
+
+
+@pytest.fixture
+def make_cache(cache_class, cache_dir):
+    """Open caches of `cache_class` (on `cache_dir` by default); all closed at teardown."""
+    make, created = _factory(cache_class, cache_dir)
+    yield make
+    for instance in created:
+        instance.close()
+
+
+@pytest.fixture
+def cache(make_cache):
+    """A fresh cache of each implementation, closed afterwards."""
+    return make_cache()
+
+
+@pytest.fixture
+def make_store(cache_dir):
+    """Open single-directory ``Cache`` objects (on `cache_dir` by default); closed at teardown."""
+    make, created = _factory(diskcache_core.Cache, cache_dir)
+    yield make
+    for instance in created:
+        instance.close()
+
+
+@pytest.fixture
+def store(make_store):
+    """A fresh single-directory ``Cache``, closed afterwards."""
+    return make_store()
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """A file outside the cache directory that no cache operation may read or remove."""
+    outside = tmp_path / 'outside'
+    outside.mkdir()
+    path = outside / 'sentinel.val'
+    path.write_bytes(b'must survive')
+    yield str(path)
+

@@ -1,0 +1,111 @@
+"""Cache.check(fix, retry): consistency of the index and the value files."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from store_helpers import (
+    category_of,
+    db_filenames,
+    unnamed_files,
+    value_files,
+    warning_text,
+)
+
+import diskcache_core as dc
+
+BIG = 300_000
+
+
+def _fill(cache):
+    for number in range(6):
+        cache.set(number, os.urandom(BIG if number % 2 else 100))
+    return sorted(db_filenames(cache.directory))
+
+
+def test_consistent_cache_checks_clean(store):
+    _fill(store)
+    store.delete(1)
+    assert store.check() == []
+    assert store.check(fix=True) == []
+    assert store.check(retry=True) == []
+
+
+def test_check_returns_warning_records(store):
+    names = _fill(store)
+    os.remove(os.path.join(store.directory, names[0]))
+    warns = store.check()
+    assert isinstance(warns, list) and warns
+    for warning in warns:
+        assert issubclass(category_of(warning), Warning)
+        assert str(getattr(warning, 'message', warning))
+
+
+def test_missing_value_file_reported_and_fixed(store):
+    names = _fill(store)
+    missing = os.path.join(store.directory, names[0])
+    os.remove(missing)
+    warns = store.check()
+    assert any(missing in text or names[0] in text for text in warning_text(warns)), warning_text(warns)
+    assert store.check(fix=True)
+    assert store.check() == []
+    assert len(store) == 5
+    assert names[0] not in db_filenames(store.directory)
+    for key in store:
+        assert store[key] is not None
+
+
+def test_unknown_file_reported_and_removed(store):
+    _fill(store)
+    stray_dir = os.path.join(store.directory, 'zz', 'yy')
+    os.makedirs(stray_dir)
+    stray = os.path.join(stray_dir, 'stray.val')
+    with open(stray, 'wb') as handle:
+        handle.write(b'orphan')
+    leftover = os.path.join(store.directory, 'zz', 'leftover.val.tmp')
+    with open(leftover, 'wb') as handle:
+        handle.write(b'partial')
+    warns = store.check()
+    categories = [category_of(w) for w in warns]
+    assert categories.count(dc.UnknownFileWarning) == 2, warning_text(warns)
+    store.check(fix=True)
+    assert not os.path.exists(stray) and not os.path.exists(leftover)
+    assert store.check() == []
+    assert unnamed_files(store.directory) == set()
+    assert len(store) == 6
+
+
+def test_empty_directory_reported_and_removed(store):
+    _fill(store)
+    empty = os.path.join(store.directory, 'ee', 'ff')
+    os.makedirs(empty)
+    warns = store.check()
+    assert dc.EmptyDirWarning in [category_of(w) for w in warns], warning_text(warns)
+    store.check(fix=True)
+    assert not os.path.exists(empty)
+    assert store.check() == []
+
+
+def test_truncated_value_file_reported_and_fixed(store):
+    names = _fill(store)
+    partial = os.path.join(store.directory, names[1])
+    with open(partial, 'r+b') as handle:
+        handle.truncate(BIG // 2)
+    warns = store.check()
+    assert warns, 'check() missed a value file shorter than its row says'
+    store.check(fix=True)
+    assert store.check() == []
+
+
+def test_check_leaves_database_files_alone(store):
+    _fill(store)
+    store.check(fix=True)
+    assert os.path.exists(os.path.join(store.directory, 'cache.db'))
+    assert len(value_files(store.directory)) == 3
+    assert len(store) == 6
+
+
+@pytest.mark.parametrize('fix', [False, True])
+def test_check_on_empty_cache(store, fix):
+    assert store.check(fix=fix) == []

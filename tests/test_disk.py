@@ -1,0 +1,383 @@
+"""Serialization: Disk (inline or value file), JSONDisk, SafeDisk's allow-list, compression."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+import os
+import subprocess
+import sys
+import uuid
+import zlib
+
+import pytest
+from store_helpers import item_rows, stored_value_bytes, value_files
+
+import diskcache_core as dc
+
+KIB = 1024
+MIB = 1024 * KIB
+BIG = 300 * KIB
+
+# --------------------------------------------------------------------------------------------
+# Disk
+# --------------------------------------------------------------------------------------------
+
+
+def test_disk_constructor(tmp_path):
+    disk = dc.Disk(str(tmp_path), min_file_size=123, pickle_protocol=2)
+    assert disk.min_file_size == 123
+    assert disk.pickle_protocol == 2
+
+
+def test_cache_disk_gets_disk_settings(make_cache):
+    cache = make_cache(disk_min_file_size=4321, disk_pickle_protocol=2)
+    assert cache.disk.min_file_size == 4321
+    assert cache.disk.pickle_protocol == 2
+    cache.set('k', {'nested': [1, 2]})
+    assert cache['k'] == {'nested': [1, 2]}
+    cache.reset('disk_min_file_size', 100)
+    assert cache.disk.min_file_size == 100
+
+
+@pytest.mark.parametrize(
+    'value',
+    [b'b' * BIG, 'ü' * BIG, {'list': list(range(40_000))}, bytearray(b'x' * BIG)],
+    ids=['bytes', 'str', 'pickle', 'bytearray'],
+)
+def test_large_values_go_to_value_files(store, value):
+    store.set('key', value)
+    files = value_files(store.directory)
+    assert len(files) == 1
+    (name,) = files
+    assert os.sep in name, 'value files live in subdirectories, not beside cache.db'
+    assert store['key'] == value
+
+
+@pytest.mark.parametrize('value', [b'b' * 100, 's' * 100, 12345, 1.5, {'a': 1}, None])
+def test_small_values_stay_inline(store, value):
+    store.set('key', value)
+    assert value_files(store.directory) == set()
+    assert store['key'] == value
+
+
+def test_str_value_files_round_trip_unicode(store):
+    text = ''.join(chr(code) for code in range(0x20, 0x3000)) * 20
+    store.set('text', text)
+    assert store['text'] == text
+
+
+def test_hash_is_portable_across_processes(tmp_path):
+    keys = ['text', b'bytes', 12345, 2.5, ('tuple', 1)]
+    disk = dc.Disk(str(tmp_path))
+    here = [disk.hash(key) for key in keys]
+    assert all(isinstance(value, int) and value >= 0 for value in here)
+    assert len(set(here)) == len(here)
+    script = (
+        'import diskcache_core as dc, json, sys\n'
+        'd = dc.Disk(sys.argv[1])\n'
+        "print(json.dumps([d.hash(k) for k in ['text', b'bytes', 12345, 2.5, ('tuple', 1)]]))\n"
+    )
+    env = dict(os.environ, PYTHONHASHSEED='12345', PYTHONPATH=_import_root())
+    output = subprocess.run(
+        [sys.executable, '-c', script, str(tmp_path)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert output.returncode == 0, output.stderr
+    assert json.loads(output.stdout) == here
+
+
+def _import_root() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dc.__file__)))
+    return os.pathsep.join([root] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+
+
+class UpperDisk(dc.Disk):
+    """A user Disk written against python-diskcache's documented hooks (put/get/store/fetch)."""
+
+    def store(self, value, read, key=dc.UNKNOWN):
+        if not read and isinstance(value, str):
+            value = zlib.compress(value.upper().encode('utf-8'))
+        return super().store(value, read, key=key)
+
+    def fetch(self, mode, filename, value, read):
+        data = super().fetch(mode, filename, value, read)
+        if not read and isinstance(data, bytes):
+            data = zlib.decompress(data).decode('utf-8')
+        return data
+
+
+def test_user_disk_subclass_hooks_are_used(make_cache):
+    cache = make_cache(disk=UpperDisk)
+    cache.set('small', 'hello')
+    cache.set('large', 'x' * BIG)
+    assert cache['small'] == 'HELLO'
+    assert cache['large'] == 'X' * BIG
+
+
+# --------------------------------------------------------------------------------------------
+# JSONDisk
+# --------------------------------------------------------------------------------------------
+
+
+def test_jsondisk_constructor(tmp_path):
+    disk = dc.JSONDisk(str(tmp_path), compress_level=1)
+    assert disk.compress_level == 1
+    assert isinstance(disk, dc.Disk)
+
+
+@pytest.mark.parametrize(
+    'key, value, expected_value',
+    [
+        ('text', 'value', 'value'),
+        (1, 2, 2),
+        ('list', [1, 'a', None, True, 2.5], [1, 'a', None, True, 2.5]),
+        ('tuple', (1, 2), [1, 2]),
+        ('dict', {'a': {'b': [1]}}, {'a': {'b': [1]}}),
+        ('big', {'data': 'x' * BIG}, {'data': 'x' * BIG}),
+        ('none', None, None),
+    ],
+)
+@pytest.mark.parametrize('level', [0, 1, 9])
+def test_jsondisk_round_trip(make_cache, key, value, expected_value, level):
+    cache = make_cache(disk=dc.JSONDisk, disk_compress_level=level)
+    cache.set(key, value)
+    assert cache.get(key) == expected_value
+    assert list(cache) == [key]
+
+
+def test_jsondisk_keys(make_cache):
+    cache = make_cache(disk=dc.JSONDisk, disk_compress_level=6)
+    cache[('a', 1)] = 'tuple key'
+    cache[2] = 'int key'
+    assert cache[('a', 1)] == 'tuple key'
+    assert cache[['a', 1]] == 'tuple key'
+    assert sorted(map(json.dumps, cache)) == sorted(map(json.dumps, [['a', 1], 2]))
+
+
+def test_jsondisk_rejects_non_json_value_before_storing(make_store):
+    cache = make_store(disk=dc.JSONDisk)
+    with pytest.raises(TypeError):
+        cache.set('key', {1, 2, 3})
+    assert len(cache) == 0
+    assert value_files(cache.directory) == set()
+
+
+# --------------------------------------------------------------------------------------------
+# SafeDisk: the allow-list (attacks are in test_security.py)
+# --------------------------------------------------------------------------------------------
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    def __hash__(self):
+        return hash((self.x, self.y))
+
+
+ALLOWED_VALUES = {
+    'scalars': [None, True, 1, 2**100, 1.5, 2 + 3j, 'text', b'bytes', bytearray(b'ba')],
+    'containers': ((1, 2), [3, [4]], {'k': {'n': 1}}, {1, 2}, frozenset({3})),
+    'datetime': [
+        datetime.date(2024, 1, 2),
+        datetime.time(3, 4, 5),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+        datetime.timedelta(days=1, seconds=2),
+    ],
+    'decimal-uuid': [decimal.Decimal('3.14159'), uuid.UUID('12345678-1234-5678-1234-567812345678'), uuid.uuid4()],
+    'big': [{'payload': b'p' * BIG, 'when': datetime.date(2020, 1, 1)}],
+}
+
+
+@pytest.mark.parametrize('name', sorted(ALLOWED_VALUES))
+def test_safedisk_round_trips_allowed_types(make_cache, name):
+    cache = make_cache(disk=dc.SafeDisk)
+    value = ALLOWED_VALUES[name]
+    cache.set(name, value)
+    cache.set(('tuple', 'key', 1), value)
+    assert cache[name] == value
+    assert cache[('tuple', 'key', 1)] == value
+    assert set(cache) == {name, ('tuple', 'key', 1)}
+
+
+def test_safedisk_refuses_unlisted_class(make_cache):
+    cache = make_cache(disk=dc.SafeDisk)
+    cache.set('point', Point(1, 2))
+    with pytest.raises(dc.UnsafePickleError) as info:
+        cache.get('point')
+    assert '%s.%s' % (Point.__module__, Point.__qualname__) in str(info.value)
+
+
+def test_safedisk_allows_listed_class(make_cache):
+    cache = make_cache(disk=dc.SafeDisk, disk_allowed_types=[Point])
+    cache.set('point', Point(1, 2))
+    cache.set('points', [Point(3, 4)] * 1000)
+    assert cache['point'] == Point(1, 2)
+    assert cache['points'] == [Point(3, 4)] * 1000
+    cache.set(Point(5, 6), 'point key')
+    assert cache[Point(5, 6)] == 'point key'
+
+
+# --------------------------------------------------------------------------------------------
+# Compression
+# --------------------------------------------------------------------------------------------
+
+COMPRESSORS = [
+    pytest.param('zlib', id='zlib'),
+    pytest.param('zstd', id='zstd'),
+    pytest.param('lz4', id='lz4'),
+]
+MODULE_OF = {'zlib': 'zlib', 'zstd': 'zstandard', 'lz4': 'lz4'}
+
+
+@pytest.fixture(params=COMPRESSORS)
+def compressor(request):
+    pytest.importorskip(MODULE_OF[request.param])
+    return request.param
+
+
+def _compressible(size: int) -> bytes:
+    return (b'compressible data block; ' * (size // 25 + 1))[:size]
+
+
+COMPRESSED_VALUES = {
+    'small-bytes': b'tiny',
+    'inline-bytes': _compressible(5 * KIB),
+    'file-bytes': _compressible(2 * MIB),
+    'random-bytes': os.urandom(200 * KIB),
+    'small-str': 'short',
+    'str': 'ünïcode ' * 100_000,
+    'pickle': {'rows': [('row', n, 'x' * 50) for n in range(5000)]},
+    'int': 2**200,
+}
+
+
+@pytest.mark.parametrize('name', sorted(COMPRESSED_VALUES))
+def test_compressed_values_round_trip(make_cache, compressor, name):
+    cache = make_cache(disk_compress=compressor)
+    value = COMPRESSED_VALUES[name]
+    cache.set(name, value)
+    assert cache[name] == value
+    if isinstance(value, bytes):
+        with cache.read(name) as handle:
+            assert handle.read() == value
+        assert cache.get(name, read=True).read() == value
+
+
+def test_compression_shrinks_large_values(make_store, compressor):
+    cache = make_store(disk_compress=compressor)
+    cache.set('file', _compressible(2 * MIB))
+    cache.set('inline', _compressible(20 * KIB))
+    assert stored_value_bytes(cache.directory) < (2 * MIB + 20 * KIB) // 5
+
+
+def test_compression_threshold(make_store, compressor):
+    below = make_store(disk_compress=compressor)  # default threshold 1024 bytes
+    below.set('value', _compressible(1000))
+    assert stored_value_bytes(below.directory) >= 1000
+    assert below['value'] == _compressible(1000)
+    below.set('above', _compressible(1024))
+    assert stored_value_bytes(below.directory) < 1000 + 1024 // 2
+
+
+def test_compression_settings_readable_as_attributes(make_cache, tmp_path, compressor):
+    default = make_cache(str(tmp_path / 'default'), disk_compress=compressor)
+    assert default.disk_compress == compressor
+    assert default.disk_compress_threshold == 1024
+    assert default.disk_compress_level is None
+    tuned = make_cache(
+        str(tmp_path / 'tuned'), disk_compress=compressor, disk_compress_threshold=10, disk_compress_level=2
+    )
+    assert (tuned.disk_compress_threshold, tuned.disk_compress_level) == (10, 2)
+    tuned.close()
+    reopened = make_cache(str(tmp_path / 'tuned'))
+    assert (reopened.disk_compress, reopened.disk_compress_threshold, reopened.disk_compress_level) == (
+        compressor,
+        10,
+        2,
+    )
+
+
+def test_compression_threshold_setting(make_store, tmp_path, compressor):
+    low = make_store(str(tmp_path / 'low'), disk_compress=compressor, disk_compress_threshold=100)
+    low.set('value', _compressible(1000))
+    assert stored_value_bytes(low.directory) < 500
+    assert low['value'] == _compressible(1000)
+    high = make_store(str(tmp_path / 'high'), disk_compress=compressor, disk_compress_threshold=10 * MIB)
+    high.set('value', _compressible(MIB))
+    assert stored_value_bytes(high.directory) >= MIB
+
+
+def test_compression_read_true_streamed_value(make_cache, compressor):
+    cache = make_cache(disk_compress=compressor)
+    data = _compressible(3 * MIB)
+    cache.set('stream', io.BytesIO(data), read=True)
+    assert cache['stream'] == data
+    with cache.read('stream') as handle:
+        assert handle.read() == data
+
+
+@pytest.mark.parametrize('level', [None, 1, 3])
+def test_compression_level(make_cache, compressor, level):
+    cache = make_cache(disk_compress=compressor, disk_compress_level=level)
+    assert cache.disk_compress_level == level
+    cache.set('v', _compressible(100 * KIB))
+    assert cache['v'] == _compressible(100 * KIB)
+
+
+def test_compressed_cache_readable_without_compress_setting(make_cache, compressor):
+    writer = make_cache(disk_compress=compressor)
+    values = {name: value for name, value in COMPRESSED_VALUES.items()}
+    for name, value in values.items():
+        writer.set(name, value)
+    writer.close()
+    reader = make_cache()
+    assert reader.disk_compress == compressor
+    for name, value in values.items():
+        assert reader[name] == value
+
+
+def test_uncompressed_values_readable_after_enabling_compression(make_cache, compressor):
+    plain = make_cache()
+    plain.set('file', _compressible(MIB))
+    plain.set('inline', _compressible(3 * KIB))
+    plain.close()
+    compressed = make_cache(disk_compress=compressor)
+    assert compressed['file'] == _compressible(MIB)
+    assert compressed['inline'] == _compressible(3 * KIB)
+
+
+def test_incr_with_compression(make_cache, compressor):
+    cache = make_cache(disk_compress=compressor, disk_compress_threshold=1)
+    assert cache.incr('n', 5) == 5
+    assert cache.incr('n', 2**70) == 2**70 + 5
+    assert cache['n'] == 2**70 + 5
+
+
+def test_unknown_compressor_raises_valueerror(cache_class, tmp_path):
+    directory = tmp_path / 'c'
+    with pytest.raises(ValueError):
+        cache_class(str(directory), disk_compress='brotli-9000')
+    assert not directory.exists() or not any(directory.iterdir())
+
+
+def test_compression_with_jsondisk_and_safedisk(make_cache, tmp_path, compressor):
+    json_cache = make_cache(str(tmp_path / 'json'), disk=dc.JSONDisk, disk_compress=compressor)
+    json_cache.set('k', {'a': 'x' * BIG})
+    assert json_cache['k'] == {'a': 'x' * BIG}
+    safe_cache = make_cache(str(tmp_path / 'safe'), disk=dc.SafeDisk, disk_compress=compressor)
+    safe_cache.set('k', {'a': b'x' * BIG})
+    assert safe_cache['k'] == {'a': b'x' * BIG}
+
+
+def test_compressed_rows_still_counted_in_volume(make_store, compressor):
+    cache = make_store(disk_compress=compressor)
+    cache.set('a', os.urandom(MIB))  # incompressible: stored size stays about 1 MiB
+    assert cache.volume() >= MIB
+    assert item_rows(cache.directory, 'COUNT(*)') == [(1,)]

@@ -1,0 +1,191 @@
+"""Size accounting and culling: size_limit, cull_limit, eviction policies, cull()."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from store_helpers import unnamed_files, wait_until, warning_text
+
+KIB = 1024
+MIB = 1024 * KIB
+LIMIT = 1 * MIB
+
+
+def _bound(limit: int) -> float:
+    """The most a cache may exceed its size limit by: 25% plus 64 KiB."""
+    return limit * 1.25 + 64 * KIB
+
+
+def test_size_limit_bounds_file_values(make_cache):
+    cache = make_cache(size_limit=LIMIT)
+    peak = 0
+    for number in range(100):
+        cache.set(number, os.urandom(50 * KIB))
+        peak = max(peak, cache.volume())
+    assert cache.volume() <= _bound(LIMIT)
+    assert peak <= _bound(LIMIT)
+    assert len(cache) < 100
+    assert 99 in cache  # least-recently-stored keeps the newest
+    assert 0 not in cache
+    assert cache.check() == []
+
+
+def test_size_limit_bounds_inline_values(make_cache):
+    cache = make_cache(size_limit=LIMIT)
+    for number in range(3000):
+        cache.set(number, os.urandom(1000))
+    assert cache.volume() <= _bound(LIMIT)
+    assert len(cache) < 3000
+    assert 2999 in cache
+    assert 0 not in cache
+
+
+def test_size_limit_bounds_mixed_values_and_files_removed(make_store):
+    cache = make_store(size_limit=LIMIT)
+    for number in range(300):
+        size = 200 * KIB if number % 10 == 0 else 3 * KIB
+        cache.set(number, os.urandom(size))
+    assert cache.volume() <= _bound(LIMIT)
+    # Evicted items leave no value file behind.
+    assert wait_until(lambda: unnamed_files(cache.directory) == set()), unnamed_files(cache.directory)
+
+
+def test_volume_grows_with_content(make_cache):
+    cache = make_cache(size_limit=100 * MIB)
+    start = cache.volume()
+    for number in range(10):
+        cache.set(number, os.urandom(100 * KIB))
+    assert cache.volume() >= start + 10 * 100 * KIB
+    assert len(cache) == 10
+
+
+def test_expired_items_removed_before_live_ones(make_cache):
+    cache = make_cache(size_limit=LIMIT)
+    for number in range(8):
+        cache.set(('live', number), os.urandom(50 * KIB))
+    for number in range(10):
+        cache.set(('expiring', number), os.urandom(50 * KIB), expire=0.3)
+    time.sleep(0.5)
+    for number in range(8, 16):
+        cache.set(('live', number), os.urandom(50 * KIB))
+    assert all(('live', number) in cache for number in range(16))
+    assert cache.volume() <= _bound(LIMIT)
+
+
+def test_policy_none_never_evicts(make_cache):
+    cache = make_cache(size_limit=200 * KIB, eviction_policy='none')
+    for number in range(30):
+        cache.set(number, os.urandom(50 * KIB))
+    assert len(cache) == 30
+    assert all(number in cache for number in range(30))
+    assert cache.volume() > 30 * 50 * KIB
+    assert cache.cull() == 0
+    assert len(cache) == 30
+
+
+def test_cull_limit_zero_writes_never_cull_but_cull_does(make_cache):
+    cache = make_cache(size_limit=200 * KIB, cull_limit=0)
+    for number in range(20):
+        cache.set(number, os.urandom(50 * KIB), expire=0.3 if number < 2 else None)
+    time.sleep(0.5)
+    cache.set('after-expiry', b'x')
+    assert len(cache) == 21  # neither over-limit nor expired items were removed by writes
+    assert cache.volume() > 20 * 50 * KIB - 2 * 50 * KIB
+    removed = cache.cull()
+    assert removed >= 14
+    assert len(cache) == 21 - removed
+    assert cache.volume() <= _bound(200 * KIB)
+    assert 0 not in cache and 1 not in cache
+
+
+def test_cull_removes_expired_even_under_limit(make_cache):
+    cache = make_cache(size_limit=100 * MIB)
+    for number in range(5):
+        cache.set(number, number, expire=0.2)
+    cache.set('keep', 1)
+    time.sleep(0.35)
+    assert cache.cull() == 5
+    assert list(cache) == ['keep']
+
+
+def test_cull_after_lowering_size_limit(make_cache):
+    cache = make_cache(size_limit=100 * MIB)
+    for number in range(40):
+        cache.set(number, os.urandom(50 * KIB))
+    assert len(cache) == 40
+    cache.reset('size_limit', 700 * KIB)
+    assert cache.size_limit == 700 * KIB
+    removed = cache.cull()
+    assert removed > 0
+    assert len(cache) == 40 - removed
+    assert cache.volume() <= _bound(700 * KIB)
+    assert 39 in cache
+    assert cache.check() == []
+
+
+def _fill_then_read(make_cache, policy, reads_per_hot):
+    """Store 20 items, read the first 5, reopen (flushing access bookkeeping), store 10 more."""
+    cache = make_cache(size_limit=LIMIT, eviction_policy=policy)
+    for number in range(20):
+        cache.set(number, os.urandom(40 * KIB))
+        time.sleep(0.002)
+    time.sleep(0.01)
+    for _ in range(reads_per_hot):
+        for number in range(5):
+            assert cache.get(number) is not None
+            time.sleep(0.002)
+    cache.close()
+    cache = make_cache(size_limit=LIMIT, eviction_policy=policy)
+    for number in range(100, 110):
+        time.sleep(0.002)
+        cache.set(number, os.urandom(40 * KIB))
+    present = {number for number in list(range(20)) + list(range(100, 110)) if number in cache}
+    return cache, present
+
+
+def test_least_recently_used_keeps_recently_read(make_cache):
+    cache, present = _fill_then_read(make_cache, 'least-recently-used', 1)
+    evicted = set(range(20)) | set(range(100, 110))
+    evicted -= present
+    assert evicted, 'nothing was evicted: the test wrote too little'
+    assert set(range(5)) <= present, 'recently read items were evicted: %s' % sorted(evicted)
+    assert evicted <= set(range(5, 20)), 'evicted %s' % sorted(evicted)
+    assert set(range(100, 110)) <= present
+    assert 5 not in present  # the oldest unread item goes first
+    assert cache.volume() <= _bound(LIMIT)
+
+
+def test_least_frequently_used_keeps_often_read(make_cache):
+    cache, present = _fill_then_read(make_cache, 'least-frequently-used', 3)
+    evicted = (set(range(20)) | set(range(100, 110))) - present
+    assert evicted, 'nothing was evicted: the test wrote too little'
+    assert set(range(5)) <= present, 'frequently read items were evicted: %s' % sorted(evicted)
+    assert cache.volume() <= _bound(LIMIT)
+
+
+def test_least_recently_stored_ignores_reads(make_cache):
+    _cache, present = _fill_then_read(make_cache, 'least-recently-stored', 3)
+    assert 0 not in present  # read often, but stored first
+    assert set(range(100, 110)) <= present
+
+
+def test_culling_keeps_check_clean(make_store):
+    cache = make_store(size_limit=300 * KIB, cull_limit=3)
+    for number in range(60):
+        cache.set(number % 25, os.urandom(60 * KIB if number % 2 else 500), expire=None if number % 3 else 0.05)
+    time.sleep(0.1)
+    cache.set('last', b'x')
+    assert warning_text(cache.check()) == []
+    assert wait_until(lambda: unnamed_files(cache.directory) == set()), unnamed_files(cache.directory)
+
+
+@pytest.mark.parametrize('policy', ['none', 'least-recently-stored', 'least-recently-used', 'least-frequently-used'])
+def test_every_policy_accepted_and_persisted(make_cache, policy):
+    cache = make_cache(eviction_policy=policy)
+    assert cache.eviction_policy == policy
+    cache.set('k', 'v')
+    assert cache.get('k') == 'v'
+    cache.close()
+    assert make_cache().eviction_policy == policy

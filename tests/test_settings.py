@@ -1,0 +1,293 @@
+"""Settings: defaults, validation before anything is stored (Invariant 6), persistence, reset(),
+and opening an existing cache without writing (Invariant 5)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+
+import pytest
+from store_helpers import all_files, connect, db_path, file_size, sha256_file
+
+import diskcache_core as dc
+
+KIB = 1024
+
+# --------------------------------------------------------------------------------------------
+# Defaults and attributes
+# --------------------------------------------------------------------------------------------
+
+
+def test_default_settings_match_python_diskcache():
+    defaults = dc.DEFAULT_SETTINGS
+    assert defaults['size_limit'] == 2**30
+    assert defaults['cull_limit'] == 10
+    assert defaults['eviction_policy'] == 'least-recently-stored'
+    assert not defaults['statistics']
+    assert not defaults['tag_index']
+    assert defaults['sqlite_journal_mode'] == 'wal'
+    assert 'disk_min_file_size' in defaults
+    assert 'disk_pickle_protocol' in defaults
+
+
+def test_eviction_policy_names():
+    assert set(dc.EVICTION_POLICY) == {
+        'none',
+        'least-recently-stored',
+        'least-recently-used',
+        'least-frequently-used',
+    }
+
+
+def test_fresh_cache_has_default_settings_as_attributes(cache):
+    for key, value in dc.DEFAULT_SETTINGS.items():
+        assert getattr(cache, key) == value, key
+
+
+def test_settings_given_are_attributes(make_cache):
+    cache = make_cache(
+        size_limit=123_456,
+        cull_limit=3,
+        eviction_policy='least-recently-used',
+        statistics=True,
+        tag_index=True,
+        disk_min_file_size=1000,
+    )
+    assert cache.size_limit == 123_456
+    assert cache.cull_limit == 3
+    assert cache.eviction_policy == 'least-recently-used'
+    assert cache.statistics
+    assert cache.tag_index
+    assert cache.disk_min_file_size == 1000
+
+
+def test_settings_persist(make_cache):
+    cache = make_cache(size_limit=123, cull_limit=4, eviction_policy='none', disk_min_file_size=77)
+    cache.close()
+    reopened = make_cache()
+    assert reopened.size_limit == 123
+    assert reopened.cull_limit == 4
+    assert reopened.eviction_policy == 'none'
+    assert reopened.disk_min_file_size == 77
+
+
+def test_settings_changed_on_reopen_persist(make_cache):
+    make_cache(size_limit=1000).close()
+    make_cache(size_limit=2000, eviction_policy='least-frequently-used').close()
+    reopened = make_cache()
+    assert reopened.size_limit == 2000
+    assert reopened.eviction_policy == 'least-frequently-used'
+
+
+def test_reset_updates_and_persists(make_cache):
+    cache = make_cache()
+    assert cache.reset('cull_limit', 5) == 5
+    assert cache.cull_limit == 5
+    assert cache.reset('cull_limit') == 5
+    cache.close()
+    assert make_cache().cull_limit == 5
+
+
+def test_reset_reloads_value_changed_by_another_instance(make_cache):
+    first = make_cache()
+    second = make_cache()
+    second.reset('size_limit', 4242)
+    assert first.reset('size_limit') == 4242
+    assert first.size_limit == 4242
+
+
+def test_disk_min_file_size_decides_inline_or_file(make_store):
+    from store_helpers import value_files
+
+    cache = make_store(disk_min_file_size=1000)
+    cache.set('inline', b'x' * 500)
+    assert value_files(cache.directory) == set()
+    cache.set('file', b'x' * 2000)
+    assert len(value_files(cache.directory)) == 1
+    assert cache['inline'] == b'x' * 500 and cache['file'] == b'x' * 2000
+
+
+def test_database_is_in_wal_mode(store):
+    store.set('k', 'v')
+    con = connect(store.directory)
+    try:
+        ((mode,),) = con.execute('PRAGMA journal_mode').fetchall()
+    finally:
+        con.close()
+    assert mode.lower() == 'wal'
+
+
+def test_sqlite_settings_readable(make_cache):
+    cache = make_cache(sqlite_mmap_size=2**20, sqlite_cache_size=1000)
+    assert cache.sqlite_mmap_size == 2**20
+    assert cache.sqlite_cache_size == 1000
+    cache.set('k', 'v')
+    assert cache['k'] == 'v'
+
+
+# --------------------------------------------------------------------------------------------
+# Invariant 6: bad settings are refused before anything is stored
+# --------------------------------------------------------------------------------------------
+
+
+class NotADisk:
+    pass
+
+
+BAD_SETTINGS = [
+    pytest.param({'no_such_setting': 1}, ValueError, id='unknown-name'),
+    pytest.param({'size_limt': 10}, ValueError, id='misspelt-name'),
+    pytest.param({'size_limit': -1}, ValueError, id='size_limit-negative'),
+    pytest.param({'size_limit': '10'}, TypeError, id='size_limit-str'),
+    pytest.param({'size_limit': 2.5}, TypeError, id='size_limit-float'),
+    pytest.param({'size_limit': None}, TypeError, id='size_limit-none'),
+    pytest.param({'cull_limit': -1}, ValueError, id='cull_limit-negative'),
+    pytest.param({'cull_limit': '10'}, TypeError, id='cull_limit-str'),
+    pytest.param({'eviction_policy': 'random'}, ValueError, id='eviction_policy-unknown'),
+    pytest.param({'timeout': -1}, ValueError, id='timeout-negative'),
+    pytest.param({'disk': NotADisk}, TypeError, id='disk-not-subclass'),
+    pytest.param({'disk': dict}, TypeError, id='disk-dict'),
+    pytest.param({'disk': 'Disk'}, TypeError, id='disk-str'),
+]
+
+
+@pytest.mark.parametrize('settings, error', BAD_SETTINGS)
+def test_bad_setting_on_new_directory(cache_class, tmp_path, settings, error):
+    directory = tmp_path / 'new'
+    with pytest.raises(error):
+        cache_class(str(directory), **settings)
+    gc.collect()
+    assert not directory.exists() or all_files(str(directory)) == set()
+
+
+@pytest.mark.parametrize('settings, error', BAD_SETTINGS)
+def test_bad_setting_on_existing_cache_changes_nothing(make_store, cache_dir, settings, error):
+    good = make_store(size_limit=5 * 2**20, cull_limit=7)
+    good.set('key', 'value')
+    good.set('file', b'f' * 100 * KIB)
+    good.close()
+    files_before = all_files(cache_dir)
+    db_before = sha256_file(db_path(cache_dir))
+    with pytest.raises(error):
+        dc.Cache(cache_dir, **settings)
+    gc.collect()
+    assert all_files(cache_dir) == files_before
+    assert sha256_file(db_path(cache_dir)) == db_before
+    reopened = make_store()
+    assert reopened.size_limit == 5 * 2**20
+    assert reopened.cull_limit == 7
+    assert reopened['key'] == 'value'
+    assert len(reopened) == 2
+
+
+@pytest.mark.parametrize(
+    'key, value, error',
+    [
+        ('size_limit', -5, ValueError),
+        ('size_limit', '10', TypeError),
+        ('cull_limit', -1, ValueError),
+        ('eviction_policy', 'random', ValueError),
+    ],
+)
+def test_reset_with_bad_value_changes_nothing(make_cache, key, value, error):
+    cache = make_cache(size_limit=9999, cull_limit=3)
+    before = getattr(cache, key)
+    with pytest.raises(error):
+        cache.reset(key, value)
+    assert getattr(cache, key) == before
+    assert cache.reset(key) == before
+    cache.close()
+    assert getattr(make_cache(), key) == before
+
+
+def test_timeout_zero_is_allowed(make_cache):
+    cache = make_cache(timeout=0)
+    cache.set('k', 'v')
+    assert cache['k'] == 'v'
+
+
+def test_disk_subclass_accepted(make_cache):
+    class MyDisk(dc.Disk):
+        pass
+
+    cache = make_cache(disk=MyDisk)
+    assert isinstance(cache.disk, MyDisk)
+    cache.set('k', [1, 2])
+    assert cache['k'] == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# Invariant 5: opening an existing cache with unchanged settings writes nothing
+# --------------------------------------------------------------------------------------------
+
+
+def _db_state(directory):
+    path = db_path(directory)
+    return sha256_file(path), os.stat(path).st_mtime_ns
+
+
+OPEN_SETTINGS = [
+    pytest.param({}, id='defaults'),
+    pytest.param({'size_limit': 123 * KIB * 1024, 'cull_limit': 2}, id='explicit'),
+    pytest.param({'eviction_policy': 'least-recently-used'}, id='lru'),
+    pytest.param({'eviction_policy': 'least-frequently-used', 'statistics': True}, id='lfu-statistics'),
+    pytest.param({'tag_index': True}, id='tag-index'),
+]
+
+
+@pytest.mark.parametrize('settings', OPEN_SETTINGS)
+def test_reopen_with_same_settings_writes_nothing(cache_dir, settings):
+    first = dc.Cache(cache_dir, **settings)
+    first.set('key', 'value', tag='t')
+    first.set('file', b'f' * 100 * KIB)
+    first.close()
+    db_before = _db_state(cache_dir)
+    wal_before = file_size(db_path(cache_dir) + '-wal')
+
+    for reopen_settings in ({}, settings):
+        second = dc.Cache(cache_dir, **reopen_settings)
+        assert len(second) == 2
+        assert 'key' in second
+        assert second.volume() > 0
+        second.close()
+        assert _db_state(cache_dir) == db_before
+        assert file_size(db_path(cache_dir) + '-wal') <= wal_before
+
+
+def test_reads_with_plain_policy_write_nothing(cache_dir):
+    first = dc.Cache(cache_dir)
+    first.set('key', 'value')
+    first.close()
+    db_before = _db_state(cache_dir)
+    second = dc.Cache(cache_dir)
+    for _ in range(20):
+        assert second.get('key') == 'value'
+        assert second.get('missing') is None
+    list(second)
+    second.close()
+    assert _db_state(cache_dir) == db_before
+    assert file_size(db_path(cache_dir) + '-wal') == 0
+
+
+@pytest.mark.skipif(hasattr(os, 'geteuid') and os.geteuid() == 0, reason='root ignores file permissions')
+def test_open_read_only_directory(cache_dir):
+    first = dc.Cache(cache_dir)
+    first.set('key', 'value')
+    first.set('file', b'f' * 100 * KIB)
+    first.close()
+    modes = {}
+    for dirpath, _dirs, files in os.walk(cache_dir):
+        modes[dirpath] = os.stat(dirpath).st_mode
+        for name in files:
+            modes[os.path.join(dirpath, name)] = os.stat(os.path.join(dirpath, name)).st_mode
+    try:
+        for path, mode in modes.items():
+            os.chmod(path, stat.S_IMODE(mode) & ~0o222)
+        reader = dc.Cache(cache_dir)
+        assert reader['key'] == 'value'
+        assert reader['file'] == b'f' * 100 * KIB
+        reader.close()
+    finally:
+        for path, mode in modes.items():
+            os.chmod(path, stat.S_IMODE(mode))
