@@ -351,6 +351,20 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         :param read: `value` is a binary file object to stream into a value file
         :param tag: str/bytes/number to group items for `evict`
         """
+        params, charge = self._prepare(key, value, expire, read, tag)
+        self._write(sql.UPSERT, params, retry, params[7], charge)
+        if self._track_writes and self._access.stored(params[0], params[1], params[2]):
+            schedule_flush(self)
+        return True
+
+    def _prepare(
+        self, key: Any, value: Any, expire: Any, read: bool, tag: Any
+    ) -> tuple[tuple[Any, ...], int]:
+        """Check and serialize a write's arguments, before anything is stored.
+
+        Returns the UPSERT/ADD parameters ``(db_key, raw, now, expire_time, tag, size, mode,
+        filename, db_value)`` and the bytes the write counts towards the next size check.
+        """
         now = _now()
         db_key, raw = self._disk.put(key)
         expires = None if expire is None else expire_at(now, expire)
@@ -358,16 +372,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read, key=key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
-        self._write(
-            sql.UPSERT,
-            (db_key, raw, now, expires, tag, size, mode, filename, db_value),
-            retry,
-            filename,
-            charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE,
-        )
-        if self._track_writes and self._access.stored(db_key, raw, now):
-            schedule_flush(self)
-        return True
+        params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
+        return params, charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Store `value` under `key`, retrying on timeout."""
@@ -383,19 +389,10 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         retry: bool = False,
     ) -> bool:
         """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
-        now = _now()
-        db_key, raw = self._disk.put(key)
-        expires = None if expire is None else expire_at(now, expire)
-        if tag is not None:
-            check_tag(tag)
-        size, mode, filename, db_value = self._disk.store(value, read, key=key)
-        charge = max(size or (len(db_value) if type(db_value) in (bytes, str) else 0), _MIN_WRITE_CHARGE)
-        cursor = self._write(
-            sql.ADD, (db_key, raw, now, expires, tag, size, mode, filename, db_value),
-            retry, filename, charge,
-        )
-        if cursor.rowcount == 1:
-            if self._track_writes and self._access.stored(db_key, raw, now):
+        params, charge = self._prepare(key, value, expire, read, tag)
+        filename = params[7]
+        if self._write(sql.ADD, params, retry, filename, charge).rowcount == 1:
+            if self._track_writes and self._access.stored(params[0], params[1], params[2]):
                 schedule_flush(self)
             return True
         if filename is not None:

@@ -97,30 +97,30 @@ class QueueMixin(Store):
     ) -> Any:
         """Return ``(key, value)`` at the `side` of the queue without removing it."""
         check_side(side, ("front", "back"))
-        low, high = key_range(prefix)
-        while True:
-            now = _now()
-            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
-            if not rows:
-                return shape(default, None, None, expire_time, tag)
-            rowid, db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
-            if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
-                continue
-            try:
-                value = self._disk.fetch(mode, filename, db_value, False)
-            except FileNotFoundError:
-                continue
-            return shape((db_key, value), db_expire, db_tag, expire_time, tag)
+        found = self._first_live(sql.QUEUE_PEEK[side], key_range(prefix), retry)
+        if found is None:
+            return shape(default, None, None, expire_time, tag)
+        db_key, _, value, db_expire, db_tag = found
+        return shape((db_key, value), db_expire, db_tag, expire_time, tag)
 
-    def peekitem(self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False) -> Any:
+    def peekitem(
+        self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
+    ) -> Any:
         """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
-        statement = sql.PEEK_LAST if last else sql.PEEK_FIRST
+        found = self._first_live(sql.PEEK_LAST if last else sql.PEEK_FIRST, (), retry)
+        if found is None:
+            raise KeyError("dictionary is empty")
+        db_key, raw, value, db_expire, db_tag = found
+        return shape((self._disk.get(db_key, raw), value), db_expire, db_tag, expire_time, tag)
+
+    def _first_live(self, statement: str, params: tuple[Any, ...], retry: bool) -> tuple[Any, ...] | None:
+        """``(db_key, raw, value, expire_time, tag)`` of the first row `statement` selects that
+        has not expired, or None. Expired rows met on the way are deleted."""
         while True:
             now = _now()
-            rows = self._read(statement)
+            rows = self._read(statement, params)
             if not rows:
-                raise KeyError("dictionary is empty")
+                return None
             rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
             if db_expire is not None and db_expire < now:
                 self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
@@ -128,6 +128,5 @@ class QueueMixin(Store):
             try:
                 value = self._disk.fetch(mode, filename, db_value, False)
             except FileNotFoundError:
-                continue
-            key = self._disk.get(db_key, raw)
-            return shape((key, value), db_expire, db_tag, expire_time, tag)
+                continue  # replaced meanwhile: look again
+            return db_key, raw, value, db_expire, db_tag

@@ -169,7 +169,7 @@ QUEUE_PULL = {
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }
 QUEUE_PEEK = {
-    side: "SELECT rowid, key, expire_time, tag, mode, filename, value " + _QUEUE_RANGE + order
+    side: "SELECT rowid, key, raw, expire_time, tag, mode, filename, value " + _QUEUE_RANGE + order
     + " LIMIT 1"
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }

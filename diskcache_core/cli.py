@@ -309,7 +309,7 @@ def _iter_items(shard: Cache, tag: Any, include_expired: bool) -> Iterator[tuple
             rows = shard._read(_LIST_TAGGED_KEYS, (tag, last, include_expired, now, _PAGE))
         if not rows:
             return
-        for rowid, db_key, raw, expire_time, item_tag in rows:
+        for _rowid, db_key, raw, expire_time, item_tag in rows:
             try:
                 key = shard.disk.get(db_key, raw)
             except Exception as exc:  # noqa: BLE001 - refused or damaged pickles are shown, not fatal
