@@ -541,7 +541,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             return
         batch = self._access.take()
         state = self._state()
-        if timeout is not None:
+        if timeout is not None:  # SQLite's busy handler waits; for this call, not so long
             state.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         try:
             with self._transaction() as state:
@@ -586,8 +586,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         if update:
             self._write("INSERT OR REPLACE INTO Settings VALUES (?, ?)", (key, value), retry=True)
         if key.startswith("sqlite_"):
-            state = self._state()
-            state.execute(f"PRAGMA {key[len('sqlite_'):]} = {value}").fetchall()
+            self._read(f"PRAGMA {key[len('sqlite_'):]} = {value}")
         elif key.startswith("disk_"):
             setattr(self._disk, key[len("disk_"):], value)
         setattr(self, key, value)

@@ -111,4 +111,5 @@ class EvictionMixin(Store):
 
     def volume(self) -> int:
         """Estimated bytes on disk: database pages in use plus value files."""
-        return self._volume(self._state())
+        ((used_pages, page_size, file_bytes),) = self._read(sql.VOLUME)
+        return used_pages * page_size + (file_bytes or 0)
