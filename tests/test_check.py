@@ -109,3 +109,23 @@ def test_check_leaves_database_files_alone(store):
 @pytest.mark.parametrize('fix', [False, True])
 def test_check_on_empty_cache(store, fix):
     assert store.check(fix=fix) == []
+
+
+def test_damaged_database_raises_the_librarys_error(tmp_path):
+    directory = tmp_path / 'cache'
+    with dc.Cache(directory) as cache:
+        for number in range(2000):
+            cache.set(number, b'v' * 200)
+    path = directory / 'cache.db'
+    data = bytearray(path.read_bytes())
+    page = 4096
+    # Keep the first pages (schema, settings) so that opening succeeds; damage the item pages.
+    for offset in range(8 * page, len(data), page):
+        data[offset:offset + page] = b'\xff' * page
+    path.write_bytes(bytes(data))
+    cache = dc.Cache(directory)
+    with pytest.raises(dc.DatabaseError, match='malformed'):
+        for number in range(2000):
+            cache.get(number)
+    with pytest.raises(dc.DatabaseError, match='malformed'):
+        dc.Cache(directory).set(5000, b'x')

@@ -189,3 +189,14 @@ def test_every_policy_accepted_and_persisted(make_cache, policy):
     assert cache.get('k') == 'v'
     cache.close()
     assert make_cache().eviction_policy == policy
+
+
+def test_writes_keep_culling_while_over_the_limit(make_cache):
+    # One item culled per check cannot keep up with 100 KiB writes against a 300 KiB limit unless
+    # every write while over the limit checks again: the volume must still stay bounded.
+    cache = make_cache(size_limit=300 * KIB, cull_limit=1)
+    for number in range(80):
+        cache.set(number, os.urandom(100 * KIB))
+    assert cache.volume() <= 300 * KIB + 2 * 100 * KIB + 64 * KIB
+    assert len(cache) < 80
+    assert cache.get(79) is not None  # the newest survives under least-recently-stored
