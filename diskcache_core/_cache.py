@@ -50,10 +50,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it."""
 
     # Settings (see DEFAULT_SETTINGS), stored in the database and kept as attributes.
-    statistics: int
+    # statistics, eviction_policy and size_limit are properties (below): state derives from them.
     tag_index: int
-    eviction_policy: str
-    size_limit: int
     cull_limit: int
     sqlite_auto_vacuum: int
     sqlite_cache_size: int
@@ -106,12 +104,12 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         self._pool.read_only = not os.access(directory, os.W_OK)
         self._local = self._pool.local
 
-        self._open_database(checked, disk)
-        self._access = AccessLog(self.eviction_policy, self.statistics)
-        self._track_reads = self._access.tracks_reads
-        self._track_writes = self._access.tracks_writes
+        # Derived from settings by their property setters, which _open_database triggers.
+        self._access = AccessLog("none", False)
+        self._track_reads = self._track_writes = False
         self._unchecked = 0  # bytes written since the last size/expiry check
-        self._check_every = self._check_interval()
+        self._check_every = 2**20
+        self._open_database(checked, disk)
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -205,10 +203,44 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             if name.startswith("sqlite_") and name not in _PERSISTENT_PRAGMAS:
                 con.execute(f"PRAGMA {name[len('sqlite_'):]} = {value}").fetchall()
 
-    def _check_interval(self) -> int:
-        # Check the size limit every 1/128th of it (between 4 KiB and 1 MiB of writes): the
-        # cache may overshoot its limit by that much per process, never more.
-        return min(max(self.size_limit // 128, 4096), 2**20)
+    # --- settings with derived state --------------------------------------------------------
+    # Assigning these attributes directly changes this Cache object's behaviour at once without
+    # storing the value (as in python-diskcache); `reset` also stores it.
+
+    @property
+    def eviction_policy(self) -> str:
+        """The eviction policy: which items go first when the cache is over its size limit."""
+        return self._eviction_policy
+
+    @eviction_policy.setter
+    def eviction_policy(self, value: str) -> None:
+        self._eviction_policy = sql.validate_settings({"eviction_policy": value})["eviction_policy"]
+        self._access.set_policy(self._eviction_policy)
+        self._track_reads = self._access.tracks_reads
+        self._track_writes = self._access.tracks_writes
+
+    @property
+    def statistics(self) -> int:
+        """1 when hits and misses are counted (see `stats`), else 0."""
+        return self._statistics
+
+    @statistics.setter
+    def statistics(self, value: int) -> None:
+        self._statistics = sql.validate_settings({"statistics": value})["statistics"]
+        self._access.statistics = bool(self._statistics)
+        self._track_reads = self._access.tracks_reads
+
+    @property
+    def size_limit(self) -> int:
+        """Bytes the cache may use before it evicts (checked as writes go, see `_check_size`)."""
+        return self._size_limit
+
+    @size_limit.setter
+    def size_limit(self, value: int) -> None:
+        self._size_limit = sql.validate_settings({"size_limit": value})["size_limit"]
+        # Check the limit every 1/128th of it (between 4 KiB and 1 MiB of writes): the cache
+        # may overshoot it by that much per process, never more.
+        self._check_every = min(max(self._size_limit // 128, 4096), 2**20)
 
     # --- properties ----------------------------------------------------------------------------
 
@@ -589,20 +621,13 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             self._read(f"PRAGMA {key[len('sqlite_'):]} = {value}")
         elif key.startswith("disk_"):
             setattr(self._disk, key[len("disk_"):], value)
-        setattr(self, key, value)
-        if key == "statistics":
-            self._access.statistics = bool(value)
-        elif key == "eviction_policy":
-            self._access.set_policy(value)
+        setattr(self, key, value)  # the properties above update what derives from it
+        if key == "eviction_policy" and update:
             index = sql.EVICTION_POLICY[value]["init"]
-            if index is not None and update:
+            if index is not None:
                 self._write(index, (), retry=True)
-        elif key == "size_limit":
-            self._check_every = self._check_interval()
         elif key == "tag_index" and update:
             self._write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
-        self._track_reads = self._access.tracks_reads
-        self._track_writes = self._access.tracks_writes
         return value
 
     def create_tag_index(self) -> None:

@@ -30,9 +30,9 @@ class EvictionMixin(Store):
     """expire/evict/clear/cull/volume for Cache, and the write path's size check."""
 
     _access: AccessLog
-    eviction_policy: str
-    size_limit: int
     cull_limit: int
+    eviction_policy: str  # properties of Cache
+    size_limit: int
 
     def flush_access_log(self, timeout: float | None = None) -> None:
         raise NotImplementedError

@@ -200,3 +200,25 @@ def test_writes_keep_culling_while_over_the_limit(make_cache):
     assert cache.volume() <= 300 * KIB + 2 * 100 * KIB + 64 * KIB
     assert len(cache) < 80
     assert cache.get(79) is not None  # the newest survives under least-recently-stored
+
+
+def test_settings_assigned_as_attributes_take_effect_without_being_stored(make_store):
+    # Code written for python-diskcache sets these attributes directly; they must change this
+    # object's behaviour at once (read tracking, check interval), and not be persisted.
+    cache = make_store()
+    cache.eviction_policy = 'least-recently-used'
+    cache.size_limit = 10 * 1_000_000 + 100_000
+    cache.cull_limit = 5
+    value = b'x' * 1_000_000
+    for key in range(10):
+        cache[key] = value
+    for key in (0, 1, 7, 8, 9):
+        assert cache[key] == value
+    cache[10] = value
+    assert sorted(cache) == [0, 1, 7, 8, 9, 10]
+    with pytest.raises(ValueError, match='eviction_policy'):
+        cache.eviction_policy = 'most-recently-used'
+    cache.close()
+    reopened = type(cache)(cache.directory)
+    assert reopened.eviction_policy == 'least-recently-stored'
+    assert reopened.size_limit == 2**30
