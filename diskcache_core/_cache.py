@@ -5,8 +5,9 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
   eviction policy or statistics (those are batched by `_access`);
 - set, add, delete, pop, touch and most incr calls are one autocommit statement: the database
   takes the write lock when the statement starts, so no BEGIN/COMMIT round trips are needed;
-- size accounting is kept by triggers; the size limit and expired items are checked once per
-  `_check_every` bytes written, not on every write.
+- the bytes in value files are kept by a trigger; the size limit and expired items are checked
+  once per `_check_every` bytes written, not on every write;
+- value files a write replaced are removed by a background thread after it commits (`_reaper`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ._eviction import EvictionMixin
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._queue import QueueMixin
+from ._store import MIN_WRITE_CHARGE
 
 __all__ = ["Cache"]
 
@@ -41,7 +43,6 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
-_MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next check
 _SETUP_TIMEOUT = 60.0  # creating a database waits this long for other creators
 _PERSISTENT_PRAGMAS = ("sqlite_auto_vacuum", "sqlite_journal_mode")
 
@@ -405,7 +406,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         size, mode, filename, db_value = self._disk.store(value, read, key=key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
-        return params, charge if charge > _MIN_WRITE_CHARGE else _MIN_WRITE_CHARGE
+        return params, charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Store `value` under `key`, retrying on timeout."""
@@ -477,7 +478,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
                 params = (delta, now, db_key, raw, start)
             state = self._state()
             state.new_value = NO_VALUE
-            if self._write(statement, params, retry, charge=_MIN_WRITE_CHARGE).rowcount == 1:
+            if self._write(statement, params, retry, charge=MIN_WRITE_CHARGE).rowcount == 1:
                 value = state.new_value
                 if self._track_writes and self._access.stored(db_key, raw, now):
                     schedule_flush(self)

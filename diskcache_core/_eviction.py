@@ -17,13 +17,12 @@ from ._access import AccessLog
 from ._arguments import check_tag
 from ._connections import ThreadState
 from ._errors import Timeout
-from ._store import Store
+from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["EvictionMixin"]
 
 _now = time.time
 _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
-_MIN_WRITE_CHARGE = 1024
 
 
 class EvictionMixin(Store):
@@ -84,7 +83,7 @@ class EvictionMixin(Store):
 
     def _check_size(self) -> None:
         """The periodic write-path check: drop expired items, then cull if over the limit."""
-        budget = min(self.cull_limit * (self._unchecked // _MIN_WRITE_CHARGE), 1000)
+        budget = min(self.cull_limit * (self._unchecked // MIN_WRITE_CHARGE), 1000)
         self._unchecked = 0
         if self.cull_limit == 0:
             return

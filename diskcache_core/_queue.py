@@ -11,11 +11,10 @@ from typing import Any
 
 from . import _schema as sql
 from ._arguments import QUEUE_START, check_side, check_tag, expire_at, key_range, shape
-from ._store import Store
+from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["QueueMixin"]
 
-_MIN_WRITE_CHARGE = 1024
 _now = time.time
 
 
@@ -53,7 +52,7 @@ class QueueMixin(Store):
                 number += 1 if side == "back" else -1
             db_key = number if prefix is None else f"{prefix}-{number:015d}"
             state.execute(sql.INSERT, (db_key, True, now, expires, tag, size, mode, filename, db_value))
-        self._settle(self._state(), max(size, _MIN_WRITE_CHARGE))
+        self._settle(self._state(), max(size, MIN_WRITE_CHARGE))
         return db_key
 
     def pull(

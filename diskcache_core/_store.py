@@ -19,7 +19,9 @@ from ._connections import ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
 
-__all__ = ["Store"]
+__all__ = ["MIN_WRITE_CHARGE", "Store"]
+
+MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 
 
 class Store:
