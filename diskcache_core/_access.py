@@ -74,6 +74,8 @@ class AccessLog:
     def record(self, db_key: Any, raw: Any, hit: bool, now: float) -> bool:
         """Note one read; True when the cache must (re)schedule a flush: the batch was empty
         before, or has grown large enough to write early."""
+        if not hit and not self.statistics:
+            return False  # nothing to record: a flush must not be marked as arranged
         pending = self.pending
         if hit:
             if self.read_column == "access_time":

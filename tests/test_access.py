@@ -165,3 +165,24 @@ def test_bookkeeping_of_deleted_item_is_harmless(make_store):
     ((count,),) = item_rows(cache.directory, 'access_count')
     assert count == 0
     assert make_store().get('gone') == 2
+
+
+def test_reads_after_an_idle_miss_still_reach_the_database_without_close(make_store):
+    # A miss records nothing under LRU without statistics; it must not leave the batch marked
+    # as scheduled, or hits after the background writer went idle would never be written.
+    from diskcache_core._access import FLUSH_INTERVAL
+
+    cache = make_store(eviction_policy='least-recently-used')
+    cache.set('k', 1)
+    cache.close()
+    ((stored_time,),) = item_rows(cache.directory, 'access_time')
+    assert cache.get('missing') is None
+    time.sleep(FLUSH_INTERVAL * 2 + 1.0)  # the writer thread runs, finds nothing, goes idle
+    assert cache.get('k') == 1
+    deadline = time.monotonic() + FLUSH_INTERVAL * 3
+    while time.monotonic() < deadline:
+        ((access_time,),) = item_rows(cache.directory, 'access_time')
+        if access_time > stored_time:
+            break
+        time.sleep(0.1)
+    assert access_time > stored_time, 'the hit was never written in the background'
