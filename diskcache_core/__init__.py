@@ -6,6 +6,7 @@ beside it. Safe across threads and processes, with no server to run.
 
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk, SafeDisk
+from ._fanout import FanoutCache, FanoutStats
 from ._errors import (
     DatabaseError,
     DiskCacheError,
@@ -32,6 +33,8 @@ __all__ = [
     "ENOVAL",
     "EVICTION_POLICY",
     "EmptyDirWarning",
+    "FanoutCache",
+    "FanoutStats",
     "JSONDisk",
     "Lock",
     "Memoized",

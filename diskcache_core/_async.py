@@ -3,7 +3,8 @@
 One implementation: each twin runs its synchronous method (``aget`` runs ``get``) in a small
 thread pool owned by this module, so a coroutine never blocks the event loop on disk I/O or on
 the database lock, whatever the cache's timeout. Any class with the sync methods (Cache,
-FanoutCache) gets the twins by inheriting `AsyncCacheMixin`.
+FanoutCache) gets the twins by inheriting `AsyncDataMixin` (and Cache's queue methods through
+`AsyncCacheMixin`).
 
 Why a pool of our own rather than ``asyncio.to_thread``: the loop's default executor is shared
 with the application, and a cache call may wait up to the cache's timeout for the database lock;
@@ -26,7 +27,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["AsyncCacheMixin", "run_sync"]
+__all__ = ["AsyncCacheMixin", "AsyncDataMixin", "run_sync"]
 
 R = TypeVar("R")
 
@@ -77,7 +78,7 @@ def _twin(method: str) -> Callable[..., Coroutine[Any, Any, Any]]:
 
     shown = method.strip("_")  # __contains__ -> acontains
     twin.__name__ = f"a{shown}"
-    twin.__qualname__ = f"AsyncCacheMixin.a{shown}"
+    twin.__qualname__ = f"AsyncDataMixin.a{shown}"
     twin.__doc__ = (
         f"Awaitable :meth:`{method}`, same arguments and result; runs in a worker thread so the"
         " event loop never waits on disk I/O or the database lock."
@@ -85,7 +86,7 @@ def _twin(method: str) -> Callable[..., Coroutine[Any, Any, Any]]:
     return twin
 
 
-class AsyncCacheMixin:
+class AsyncDataMixin:
     """Adds the awaitable twins (``aget``, ``aset``, ...) of a cache's sync data methods.
 
     Each ``a<name>`` takes the arguments of ``<name>`` and returns its result; ``acontains``
@@ -104,13 +105,18 @@ class AsyncCacheMixin:
     aexpire = _twin("expire")
     aget = _twin("get")
     aincr = _twin("incr")
-    apeek = _twin("peek")
-    apeekitem = _twin("peekitem")
     apop = _twin("pop")
-    apull = _twin("pull")
-    apush = _twin("push")
     aread = _twin("read")
     aset = _twin("set")
     astats = _twin("stats")
     atouch = _twin("touch")
     avolume = _twin("volume")
+
+
+class AsyncCacheMixin(AsyncDataMixin):
+    """The data twins plus those of Cache's queue methods (``apush``, ``apull``, ...)."""
+
+    apeek = _twin("peek")
+    apeekitem = _twin("peekitem")
+    apull = _twin("pull")
+    apush = _twin("push")

@@ -595,41 +595,47 @@ def test_push_bad_side_raises_valueerror(store):
 # --------------------------------------------------------------------------------------------
 
 
-def test_iter_in_insertion_order_and_reversed(cache):
+def test_iter_in_insertion_order_and_reversed(store):
+    cache = store
     for key in ['b', 'a', 'c', 2, 1]:
         cache[key] = key
     assert list(cache) == ['b', 'a', 'c', 2, 1]
     assert list(reversed(cache)) == [1, 2, 'c', 'a', 'b']
 
 
-def test_iter_order_kept_when_value_updated(cache):
+def test_iter_order_kept_when_value_updated(store):
+    cache = store
     for key in 'bac':
         cache[key] = 0
     cache['b'] = 1
     assert list(cache) == ['b', 'a', 'c']
 
 
-def test_iter_empty(cache):
+def test_iter_empty(store):
+    cache = store
     assert list(cache) == []
     assert list(reversed(cache)) == []
     assert list(cache.iterkeys()) == []
 
 
-def test_iterkeys_in_database_sort_order(cache):
+def test_iterkeys_in_database_sort_order(store):
+    cache = store
     for key in [4, 1, 3, 0, 2]:
         cache[key] = key
     assert list(cache.iterkeys()) == [0, 1, 2, 3, 4]
     assert list(cache.iterkeys(reverse=True)) == [4, 3, 2, 1, 0]
 
 
-def test_iterkeys_mixed_types(cache):
+def test_iterkeys_mixed_types(store):
+    cache = store
     for key in ['b', 2, 'a', 1.5, b'z']:
         cache[key] = 1
     assert list(cache.iterkeys()) == [1.5, 2, 'a', 'b', b'z']
     assert list(cache.iterkeys(reverse=True)) == [b'z', 'b', 'a', 2, 1.5]
 
 
-def test_iter_many_keys(cache):
+def test_iter_many_keys(store):
+    cache = store
     for number in range(450):
         cache[number] = number
     assert list(cache) == list(range(450))

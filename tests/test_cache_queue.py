@@ -7,10 +7,18 @@ import os
 import time
 
 import pytest
+
+import diskcache_core
 from store_helpers import files_settle_to, value_files
 
 START = 500000000000000
 BIG = 300_000
+
+
+@pytest.fixture
+def cache_class():
+    """The queue API is Cache's (python-diskcache's FanoutCache has none either)."""
+    return diskcache_core.Cache
 
 
 def test_push_integer_keys_from_500_trillion(cache):

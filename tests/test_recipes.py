@@ -95,7 +95,8 @@ def test_expired_lock_is_taken_over_and_old_holder_cannot_release_it(cache):
     second.release()
 
 
-def test_waiting_backs_off_instead_of_spinning(make_cache):
+def test_waiting_backs_off_instead_of_spinning(make_store):
+    make_cache = make_store
     attempts = itertools.count()
 
     class CountingCache(diskcache_core.Cache):

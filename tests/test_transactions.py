@@ -64,7 +64,8 @@ def test_transact_exception_rolls_back(cache):
     assert len(cache) == 1
 
 
-def test_transact_rollback_of_queue_and_pop(cache):
+def test_transact_rollback_of_queue_and_pop(store):
+    cache = store
     cache.push('first')
     cache.set('x', 1)
     with pytest.raises(KeyError), cache.transact():

@@ -1,0 +1,460 @@
+"""FanoutCache: placement, the give-up contract under real contention, size limits, layout.
+
+The shared conformance suite (conftest ``cache_class``) already runs every Cache API test on
+FanoutCache; this module covers what only a sharded cache has.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import diskcache_core
+from diskcache_core import Cache, FanoutCache, JSONDisk
+from diskcache_core._fanout import placement_hash
+
+import fanout_helpers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _spawn():
+    return multiprocessing.get_context('spawn')
+
+
+@pytest.fixture
+def fanout(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'fanout'), shards=8, timeout=0.010)
+    yield cache
+    cache.close()
+
+
+def _key_on_shard(cache, number, prefix='k'):
+    for i in range(10_000):
+        key = f'{prefix}{i}'
+        if cache.shard_for(key) is cache.shards[number]:
+            return key
+    raise AssertionError('no key found for shard')
+
+
+class _BusyShard:
+    """Another *process* holding a write transaction on one shard of `cache`."""
+
+    def __init__(self, cache, number=0):
+        context = _spawn()
+        self.ready, self.release = context.Event(), context.Event()
+        self.process = context.Process(
+            target=fanout_helpers.hold_shard_lock,
+            args=(cache.shards[number].directory, self.ready, self.release),
+        )
+
+    def __enter__(self):
+        self.process.start()
+        assert self.ready.wait(60), 'the other process did not take the lock'
+        return self
+
+    def release_after(self, delay):
+        timer = threading.Timer(delay, self.release.set)
+        timer.daemon = True
+        timer.start()
+
+    def __exit__(self, *exc_info):
+        self.release.set()
+        self.process.join(30)
+        assert self.process.exitcode == 0
+
+
+# --- placement -------------------------------------------------------------------------------
+
+
+KEY_FAMILIES = {
+    'str': [f'user:{i}' for i in range(8000)],
+    'bytes': [b'blob-%d' % i for i in range(8000)],
+    'int stride 8': list(range(0, 64000, 8)),
+    'int stride 1024': [i * 1024 for i in range(8000)],
+    'tuple': [('page', i, 'en') for i in range(8000)],
+}
+
+
+@pytest.mark.parametrize('family', sorted(KEY_FAMILIES))
+def test_keys_spread_evenly_over_shards(fanout, family):
+    counts = [0] * 8
+    for key in KEY_FAMILIES[family]:
+        counts[fanout.shards.index(fanout.shard_for(key))] += 1
+    # 1000 expected per shard; a binomial standard deviation is ~30, so +-15% is > 4 sigma.
+    assert all(850 <= count <= 1150 for count in counts), counts
+    # Chi-square with 7 degrees of freedom: 24.3 is the 0.1% critical value.
+    chi2 = sum((count - 1000) ** 2 / 1000 for count in counts)
+    assert chi2 < 24.3, (counts, chi2)
+
+
+def test_placement_is_the_same_in_every_interpreter(fanout):
+    keys = ['a', 'b', b'c', 17, 2**40, 1.5, ('t', 1), 'é']
+    here = [fanout.shards.index(fanout.shard_for(key)) for key in keys]
+    for seed in ('0', '12345'):
+        out = subprocess.run(
+            [sys.executable, '-c', f'import fanout_helpers; fanout_helpers.shard_numbers({keys!r}, {fanout.directory!r})'],
+            capture_output=True, text=True, check=True, cwd=HERE,
+            env={**os.environ, 'PYTHONHASHSEED': seed, 'PYTHONPATH': HERE + os.pathsep + os.path.dirname(HERE)},
+        )
+        assert json.loads(out.stdout) == here
+
+
+GOLDEN_PLACEMENT = {'key': 4, 0: 5, 8: 4, b'x': 5, 1.5: 1, ('t', 1): 5, 'é': 3}
+
+
+def test_placement_is_fixed_forever(fanout):
+    # Changing the hash would strand every item in existing directories: pin it.
+    assert {k: fanout.shards.index(fanout.shard_for(k)) for k in GOLDEN_PLACEMENT} == GOLDEN_PLACEMENT
+    assert fanout.shard_for(1) is fanout.shard_for(1.0)  # equal keys in the database
+    assert fanout.shard_for(2**62) is fanout.shard_for(float(2**62))
+    for key in GOLDEN_PLACEMENT:  # the fast path agrees with the general one
+        assert placement_hash(fanout.disk.put(key)[0]) % 8 == GOLDEN_PLACEMENT[key]
+
+
+def test_placement_with_a_custom_disk(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'j'), disk=JSONDisk)
+    for i in range(100):
+        cache[('k', i)] = i
+    assert all(cache[('k', i)] == i for i in range(100))
+    assert len({id(cache.shard_for(('k', i))) for i in range(100)}) == 8
+    cache.close()
+
+
+def test_items_live_in_their_shard(fanout):
+    for i in range(200):
+        fanout[i] = i
+    for i in range(200):
+        assert i in fanout.shard_for(i)
+        assert sum(i in shard for shard in fanout.shards) == 1
+    assert len(fanout) == 200 == sum(len(shard) for shard in fanout.shards)
+    assert sorted(fanout) == list(range(200))
+    assert list(reversed(fanout)) == list(fanout)[::-1]
+
+
+# --- the give-up contract under real contention ----------------------------------------------
+
+
+def test_busy_shard_writes_give_up_and_say_so(fanout):
+    key = _key_on_shard(fanout, 0)
+    other = _key_on_shard(fanout, 1)
+    fanout.set(key, 'before', tag='t')
+    fanout.set('n', 0)
+    counter = _key_on_shard(fanout, 0, prefix='n')
+    fanout.set(counter, 5)
+    before = fanout.stats().timeouts
+    with _BusyShard(fanout, 0):
+        started = time.monotonic()
+        assert fanout.set(key, 'new') is False
+        assert fanout.add(_key_on_shard(fanout, 0, 'a'), 1) is False
+        assert fanout.touch(key, 60) is False
+        assert fanout.delete(key) is False
+        assert fanout.incr(counter) is None
+        assert fanout.decr(counter) is None
+        assert fanout.pop(key) is None
+        assert fanout.pop(key, 'fallback') == 'fallback'
+        # the same shape as a success: a tuple, never a bare default
+        assert fanout.pop(key, 'd', expire_time=True) == ('d', None)
+        assert fanout.pop(key, 'd', tag=True) == ('d', None)
+        assert fanout.pop(key, 'd', expire_time=True, tag=True) == ('d', None, None)
+        elapsed = time.monotonic() - started
+        # Reads do not wait for writers (WAL): the committed value is still there.
+        assert fanout.get(key) == 'before'
+        assert fanout.get(key, expire_time=True, tag=True) == ('before', None, 't')
+        assert key in fanout
+        # Other shards are not affected.
+        assert fanout.set(other, 'fine') is True and fanout[other] == 'fine'
+    assert elapsed < 5  # eleven give-ups of ~10 ms each, not eleven 60-second waits
+    assert fanout.stats().timeouts - before == 11
+    assert fanout.get(key) == 'before' and fanout.get(counter) == 5
+
+
+def test_busy_shard_item_access_retries_instead_of_raising(fanout):
+    key = _key_on_shard(fanout, 0)
+    gone = _key_on_shard(fanout, 0, 'g')
+    fanout.set(gone, 1)
+    with _BusyShard(fanout, 0) as busy:
+        busy.release_after(0.3)
+        started = time.monotonic()
+        fanout[key] = 'stored'  # waits for the lock instead of raising Timeout
+        assert time.monotonic() - started >= 0.2
+    assert fanout[key] == 'stored'
+    with _BusyShard(fanout, 0) as busy:
+        busy.release_after(0.3)
+        del fanout[gone]
+    assert gone not in fanout
+    with pytest.raises(KeyError):
+        del fanout[gone]
+    with _BusyShard(fanout, 0) as busy:
+        busy.release_after(0.2)
+        assert fanout.set(key, 'retried', retry=True) is True
+    assert fanout[key] == 'retried'
+
+
+def test_bulk_removals_loop_until_every_shard_is_done(fanout):
+    for i in range(400):
+        fanout.set(i, i, tag='even' if i % 2 == 0 else 'odd')
+    with _BusyShard(fanout, 3) as busy:
+        busy.release_after(0.3)
+        assert fanout.evict('even') == 200
+    for i in range(400, 420):
+        fanout.set(i, i, expire=0.01)
+    time.sleep(0.05)
+    with _BusyShard(fanout, 5) as busy:
+        busy.release_after(0.3)
+        assert fanout.expire() == 20
+    with _BusyShard(fanout, 0) as busy:
+        busy.release_after(0.3)
+        # 200 odd items plus the item each of the three holders committed
+        assert fanout.clear() == 203
+    assert len(fanout) == 0
+    assert fanout.cull() == 0
+
+
+def test_transact_holds_every_shard(tmp_path):
+    directory = str(tmp_path / 'fanout')
+    cache = FanoutCache(directory, shards=4, timeout=0.010)
+    context = _spawn()
+    ready, release = context.Event(), context.Event()
+    holder = context.Process(target=fanout_helpers.hold_all_locks, args=(directory, 4, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        for number in range(4):
+            assert cache.set(_key_on_shard(cache, number), 1) is False
+    finally:
+        release.set()
+        holder.join(30)
+    assert holder.exitcode == 0
+    assert all(cache.set(_key_on_shard(cache, n), 1) for n in range(4))
+    with cache.transact():
+        cache.set('a', 1)
+        cache.incr('b')
+    assert cache['a'] == 1 and cache['b'] == 1
+    with pytest.raises(ZeroDivisionError), cache.transact():
+        cache.set('a', 2)
+        1 / 0
+    assert cache['a'] == 1  # rolled back on every shard
+    cache.close()
+
+
+def test_add_race_across_processes_has_exactly_one_winner_per_key(tmp_path):
+    directory = str(tmp_path / 'fanout')
+    FanoutCache(directory).close()
+    keys = [f'key-{i}' for i in range(1000)]
+    context = _spawn()
+    start = context.Event()
+    paths = [str(tmp_path / f'won-{n}.json') for n in range(8)]
+    workers = [
+        context.Process(target=fanout_helpers.add_race, args=(directory, n, keys, start, paths[n]))
+        for n in range(8)
+    ]
+    for worker in workers:
+        worker.start()
+    start.set()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    won = [key for path in paths for key in json.load(open(path))]
+    assert len(won) == 1000 and sorted(won) == sorted(keys)
+    cache = FanoutCache(directory)
+    owners = {key: cache[key] for key in keys}
+    for n, path in enumerate(paths):
+        assert all(owners[key] == n for key in json.load(open(path)))
+    cache.close()
+
+
+# --- size limit ------------------------------------------------------------------------------
+
+
+def test_size_limit_is_split_exactly(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'c'), shards=8, size_limit=1003)
+    assert [shard.size_limit for shard in cache.shards] == [126, 126, 126, 125, 125, 125, 125, 125]
+    assert cache.size_limit == 1003 == cache.reset('size_limit')
+    cache.reset('size_limit', 8 * 2**20)
+    assert {shard.size_limit for shard in cache.shards} == {2**20}
+    cache.close()
+    reopened = FanoutCache(str(tmp_path / 'c'), shards=8)  # keeps the stored shares
+    assert reopened.size_limit == 8 * 2**20
+    reopened.close()
+    fresh = FanoutCache(str(tmp_path / 'd'), shards=8)  # the default total, split
+    assert fresh.size_limit == diskcache_core.DEFAULT_SETTINGS['size_limit']
+    fresh.close()
+
+
+@pytest.mark.parametrize(
+    'value, read',
+    [
+        (b'x' * 200_000, False),  # a value file
+        ('y' * 5_000, False),  # inline text
+        (list(range(2_000)), False),  # a pickle
+        (io.BytesIO(b'z' * 200_000), True),  # streamed into a value file
+    ],
+    ids=['bytes-file', 'str-inline', 'pickle', 'stream'],
+)
+def test_item_larger_than_its_shard_share_is_refused(tmp_path, value, read):
+    cache = FanoutCache(str(tmp_path / 'c'), shards=4, size_limit=4 * 4096)
+    shard = cache.shard_for('big')
+    files_before = {
+        os.path.join(root, name) for root, _, names in os.walk(shard.directory) for name in names
+    }
+    with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+        cache.set('big', value, read=read)
+    with pytest.raises(ValueError):
+        cache.add('big', b'x' * 5000)
+    with pytest.raises(ValueError):
+        cache['big'] = b'x' * 5000
+    assert 'big' not in cache
+    files_after = {
+        os.path.join(root, name) for root, _, names in os.walk(shard.directory) for name in names
+    }
+    assert {f for f in files_after - files_before if not f.startswith(os.path.join(shard.directory, 'cache.db'))} == set()
+    assert cache.set('small', b'x' * 1000) is True
+    cache.close()
+
+
+# --- layout of the directory ------------------------------------------------------------------
+
+
+def test_reopening_with_another_shard_count_is_refused(tmp_path):
+    directory = str(tmp_path / 'c')
+    FanoutCache(directory, shards=4).close()
+    with pytest.raises(ValueError, match='shards=4'):
+        FanoutCache(directory, shards=8)
+    assert sorted(os.listdir(directory)) == ['000', '001', '002', '003', 'fanout.json']
+
+
+def test_python_diskcache_directory_keeps_its_placement(tmp_path):
+    diskcache = pytest.importorskip('diskcache')
+    directory = str(tmp_path / 'peer')
+    peer = diskcache.FanoutCache(directory, shards=4)
+    keys = ['a', 'key', b'bytes', 7, 2**40, 1.25, ('tuple', 1)]
+    for key in keys:
+        peer[key] = repr(key)
+    peer.close()
+    ours = FanoutCache(directory, shards=4)
+    assert not os.path.exists(os.path.join(directory, 'fanout.json'))
+    for key in keys:
+        assert ours.get(key) == repr(key), key
+    ours['new'] = 1
+    ours.close()
+    with pytest.raises(ValueError, match='shards=4'):
+        FanoutCache(directory, shards=8)
+
+
+def test_bad_arguments_raise_before_anything_is_created(tmp_path):
+    directory = str(tmp_path / 'never')
+    for kwargs, error in [
+        ({'shards': 0}, ValueError),
+        ({'shards': 2.0}, TypeError),
+        ({'timeout': -1}, ValueError),
+        ({'disk': dict}, TypeError),
+        ({'size_limit': -5}, ValueError),
+        ({'no_such_setting': 1}, ValueError),
+    ]:
+        with pytest.raises(error):
+            FanoutCache(directory, **kwargs)
+    assert not os.path.exists(directory)
+
+
+def test_concurrent_first_opens_agree(tmp_path):
+    directory = str(tmp_path / 'c')
+    errors = []
+
+    def open_it():
+        try:
+            FanoutCache(directory, shards=4).close()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert json.load(open(os.path.join(directory, 'fanout.json')))['shards'] == 4
+
+
+# --- sub-collections, aggregation, lifecycle --------------------------------------------------
+
+
+def test_sub_caches_live_in_subdirectories_and_honour_disk(fanout):
+    sub = fanout.cache('reports/daily', disk=JSONDisk)
+    assert sub is fanout.cache('reports/daily')
+    assert sub.directory == os.path.join(fanout.directory, 'cache', 'reports', 'daily')
+    assert isinstance(sub.disk, JSONDisk)
+    sub['k'] = {'a': [1, 2]}
+    assert fanout.cache('reports/daily')['k'] == {'a': [1, 2]}
+    assert 'k' not in fanout
+    default_disk = fanout.cache('plain')
+    assert type(default_disk.disk) is type(fanout.disk)
+    for bad in ('', '../escape', 'a//b', 'a/./b', '/abs'):
+        with pytest.raises(ValueError):
+            fanout.cache(bad)
+    with pytest.raises(TypeError):
+        fanout.cache(7)
+
+
+def test_json_disk_is_used_by_every_shard(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'c'), disk=JSONDisk)
+    assert all(type(shard.disk) is JSONDisk for shard in cache.shards)
+    cache['k'] = {'x': 1}
+    assert cache['k'] == {'x': 1}
+    cache.close()
+
+
+def test_stats_len_volume_aggregate_over_shards(fanout):
+    fanout.stats(enable=True, reset=True)
+    for i in range(50):
+        fanout[i] = b'v' * 10
+    for i in range(100):
+        fanout.get(i)
+    stats = fanout.stats()
+    assert stats == (50, 50) and (stats.hits, stats.misses, stats.timeouts) == (50, 50, 0)
+    hits, misses = stats  # unpacks as python-diskcache's (hits, misses)
+    assert len(fanout) == 50
+    assert fanout.volume() >= sum(shard.volume() for shard in fanout.shards[:1])
+    assert fanout.volume() == sum(shard.volume() for shard in fanout.shards)
+    assert fanout.stats(reset=True) == (50, 50) and fanout.stats() == (0, 0)
+    assert fanout.statistics == 1 and fanout.eviction_policy == 'least-recently-stored'
+    with pytest.raises(AttributeError):
+        fanout.no_such_attribute
+
+
+def test_pickle_reopens_the_same_cache(fanout):
+    fanout['k'] = 'v'
+    clone = pickle.loads(pickle.dumps(fanout))
+    assert clone.directory == fanout.directory and clone['k'] == 'v'
+    assert len(clone.shards) == 8 and clone.timeout == fanout.timeout
+    clone.close()
+
+
+def test_memoize_and_async_twins(fanout):
+    import asyncio
+
+    calls = []
+
+    @fanout.memoize()
+    def square(x):
+        calls.append(x)
+        return x * x
+
+    assert [square(3), square(3), square(4)] == [9, 9, 16] and calls == [3, 4]
+
+    async def main():
+        assert await fanout.aset('a', 1) is True
+        assert await fanout.aget('a') == 1
+        assert await fanout.aincr('n', 2) == 2
+        assert await fanout.adelete('a') is True
+
+    asyncio.run(main())
