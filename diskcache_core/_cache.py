@@ -131,7 +131,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             wanted.update(
                 sql.validate_settings(
                     {
-                        name: value
+                        # python-diskcache's FanoutCache stores size_limit / shards, a float
+                        name: int(value) if type(value) is float and value.is_integer() else value
                         for name, value in stored.items()
                         if name not in sql.METADATA
                         and name not in sql.PEER_ONLY_ROWS
