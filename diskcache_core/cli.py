@@ -99,10 +99,11 @@ def _is_cache_database(path: str) -> bool:
 def find_shard_directories(directory: str) -> list[str]:
     """The directories of the cache shards in `directory`, without creating or changing anything.
 
-    A Cache directory is its own single shard. This is the one place that knows the layouts:
-    FanoutCache's (shards ``000``, ``001``, ... each with a ``cache.db``) is to be recognised
-    here, and every command then works on all shards. Raises NotACacheError when `directory`
-    holds no cache.
+    A Cache directory is its own single shard; a FanoutCache directory (ours or
+    python-diskcache's) holds shards ``000``, ``001``, ... each with a ``cache.db``, and every
+    command then works on all of them. Its named sub-collections (``cache/``, ``deque/``,
+    ``index/``) are caches of their own: point the tool at them directly. Raises
+    NotACacheError when `directory` holds no cache.
     """
     if not op.exists(directory):
         raise NotACacheError(f"{directory}: no such directory")
@@ -113,7 +114,20 @@ def find_shard_directories(directory: str) -> list[str]:
         if not _is_cache_database(database):
             raise NotACacheError(f"{directory}: {DBNAME} is not a cache database")
         return [directory]
-    raise NotACacheError(f"{directory}: not a cache directory (no {DBNAME})")
+    shards = sorted(
+        op.join(directory, name)
+        for name in os.listdir(directory)
+        if len(name) == 3 and name.isdigit() and op.exists(op.join(directory, name, DBNAME))
+    )
+    if shards:
+        expected = [op.join(directory, "%03d" % number) for number in range(len(shards))]
+        if shards != expected:
+            raise NotACacheError(f"{directory}: shard directories are not numbered 000 to {len(shards) - 1:03d}")
+        for shard in shards:
+            if not _is_cache_database(op.join(shard, DBNAME)):
+                raise NotACacheError(f"{shard}: {DBNAME} is not a cache database")
+        return shards
+    raise NotACacheError(f"{directory}: not a cache directory (no {DBNAME}, no shards)")
 
 
 def open_shards(directory: str, disk: type[Disk] = SafeDisk, timeout: float = 60) -> list[Cache]:

@@ -444,3 +444,26 @@ def test_main_in_process(cache_path, capsys):
     assert capsys.readouterr().out == 'text\n'
     assert cli.main(['get', str(cache_path), 'nope']) == 1
     assert cli.main(['--bogus']) == 2
+
+
+def test_fanout_directories_are_recognised_and_every_command_spans_the_shards(tmp_path, capsys):
+    directory = tmp_path / 'fanout'
+    with dc.FanoutCache(directory, shards=4) as cache:
+        for i in range(40):
+            cache.set(f'key-{i}', i, tag='even' if i % 2 == 0 else 'odd')
+    shards = cli.find_shard_directories(str(directory))
+    assert shards == [str(directory / ('%03d' % n)) for n in range(4)]
+    assert cli.main(['keys', str(directory)]) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted(f'key-{i}' for i in range(40))
+    assert cli.main(['get', str(directory), 'key-7']) == 0
+    assert capsys.readouterr().out.strip() == '7'
+    assert cli.main(['stats', str(directory), '--json']) == 0
+    assert json.loads(capsys.readouterr().out)['shards'] == 4
+    assert cli.main(['evict', str(directory), 'even']) == 0
+    capsys.readouterr()
+    with dc.FanoutCache(directory, shards=4) as cache:
+        assert len(cache) == 20 and 'key-1' in cache and 'key-2' not in cache
+    # A gap in the numbering is not a FanoutCache: refuse rather than act on part of it.
+    (directory / '001' / 'cache.db').rename(directory / '001' / 'moved.db')
+    with pytest.raises(cli.NotACacheError, match='numbered'):
+        cli.find_shard_directories(str(directory))
