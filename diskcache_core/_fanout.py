@@ -234,10 +234,12 @@ class FanoutCache(AsyncDataMixin):
             cache_list.append(_Shard(path, timeout=timeout, disk=disk, **shard_settings))
         self._shards = tuple(cache_list)
         disk0 = self._shards[0].disk
+        self._inline_str = False  # get/set may place str keys without a call (hot path)
         if layout == _HASH_PEER:
             self._hash = _peer_hash(disk0)
         elif type(disk0).put is Disk.put:
             self._hash = _plain_key_hash(disk0)
+            self._inline_str = True
         else:
             self._hash = lambda key: placement_hash(disk0.put(key)[0])
         self._collections: dict[tuple[str, str], Any] = {}
@@ -341,7 +343,10 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` if missing, expired or its shard is busy."""
-        shard = self._shards[self._hash(key) % self._count]
+        if self._inline_str and type(key) is str:
+            shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+        else:
+            shard = self._shards[self._hash(key) % self._count]
         try:
             return shard.get(key, default, read, expire_time, tag, retry)
         except Timeout:
@@ -373,7 +378,10 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy."""
-        shard = self._shards[self._hash(key) % self._count]
+        if self._inline_str and type(key) is str:
+            shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+        else:
+            shard = self._shards[self._hash(key) % self._count]
         try:
             return shard.set(key, value, expire, read, tag, retry)
         except Timeout:
