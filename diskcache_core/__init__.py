@@ -17,6 +17,7 @@ from ._errors import (
     UnsafeValueFileError,
 )
 from ._memo import Memoized, memoize_stampede
+from ._persistent import Deque, Index
 from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
 from ._schema import DEFAULT_SETTINGS, EVICTION_POLICY
 
@@ -28,6 +29,7 @@ __all__ = [
     "Cache",
     "DEFAULT_SETTINGS",
     "DatabaseError",
+    "Deque",
     "Disk",
     "DiskCacheError",
     "ENOVAL",
@@ -35,6 +37,7 @@ __all__ = [
     "EmptyDirWarning",
     "FanoutCache",
     "FanoutStats",
+    "Index",
     "JSONDisk",
     "Lock",
     "Memoized",

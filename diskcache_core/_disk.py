@@ -442,6 +442,8 @@ class JSONDisk(Disk):
         return super().put(self._pack(key))
 
     def get(self, key: Any, raw: bool) -> Any:
+        if type(key) is int:  # a queue key (push stores integers as they are): never packed
+            return key
         return self._unpack(super().get(key, raw))
 
     def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, str | None, Any]:

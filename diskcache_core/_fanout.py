@@ -41,6 +41,7 @@ from ._disk import ENOVAL, Disk, make_private_dirs
 from ._errors import Timeout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
+from ._persistent import Deque, Index
 
 __all__ = ["FanoutCache", "FanoutStats", "placement_hash"]
 
@@ -592,25 +593,21 @@ class FanoutCache(AsyncDataMixin):
             "cache", name, lambda path: Cache(path, timeout=timeout, disk=disk_type, **settings)
         )
 
-    def deque(self, name: str, maxlen: int | None = None) -> Any:
+    def deque(self, name: str, maxlen: int | None = None) -> Deque[Any]:
         """The Deque named `name` in subdirectory ``deque/<name>`` (created on first use)."""
-        from ._persistent import Deque
-
-        def make(path: str) -> Any:
+        def make(path: str) -> Deque[Any]:
             store = Cache(path, disk=self._disk_type, eviction_policy="none")
             return Deque.fromcache(store, maxlen=maxlen)
 
-        return self._collection("deque", name, make)
+        return self._collection("deque", name, make)  # type: ignore[no-any-return]
 
-    def index(self, name: str) -> Any:
+    def index(self, name: str) -> Index[Any, Any]:
         """The Index named `name` in subdirectory ``index/<name>`` (created on first use)."""
-        from ._persistent import Index
-
-        def make(path: str) -> Any:
+        def make(path: str) -> Index[Any, Any]:
             store = Cache(path, disk=self._disk_type, eviction_policy="none")
             return Index.fromcache(store)
 
-        return self._collection("index", name, make)
+        return self._collection("index", name, make)  # type: ignore[no-any-return]
 
     # --- iteration and lifecycle -------------------------------------------------------------
 

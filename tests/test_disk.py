@@ -381,3 +381,14 @@ def test_compressed_rows_still_counted_in_volume(make_store, compressor):
     cache.set('a', os.urandom(MIB))  # incompressible: stored size stays about 1 MiB
     assert cache.volume() >= MIB
     assert item_rows(cache.directory, 'COUNT(*)') == [(1,)]
+
+
+def test_json_disk_cache_iterates_queue_keys(tmp_path):
+    from diskcache_core import Cache, JSONDisk
+
+    cache = Cache(str(tmp_path / 'c'), disk=JSONDisk)
+    first = cache.push({'job': 1})
+    cache['named'] = [1, 2]
+    assert list(cache) == [first, 'named']
+    assert cache.pull() == (first, {'job': 1})
+    cache.close()

@@ -458,3 +458,25 @@ def test_memoize_and_async_twins(fanout):
         assert await fanout.adelete('a') is True
 
     asyncio.run(main())
+
+
+def test_sub_deques_and_indexes(fanout):
+    from diskcache_core import Deque, Index
+
+    jobs = fanout.deque('jobs', maxlen=3)
+    assert isinstance(jobs, Deque) and jobs is fanout.deque('jobs')
+    assert jobs.directory == os.path.join(fanout.directory, 'deque', 'jobs')
+    jobs.extend('abcd')
+    assert list(jobs) == ['b', 'c', 'd'] and jobs.popleft() == 'b'
+    users = fanout.index('users/active')
+    assert isinstance(users, Index) and users is fanout.index('users/active')
+    users['ada'] = 1
+    users['bob'] = 2
+    assert list(users.items()) == [('ada', 1), ('bob', 2)]
+    assert users.directory == os.path.join(fanout.directory, 'index', 'users', 'active')
+    fanout.close()
+    # Another FanoutCache on the directory sees the same collections.
+    again = FanoutCache(fanout.directory)
+    assert list(again.deque('jobs')) == ['c', 'd'] and again.index('users/active')['bob'] == 2
+    assert len(again) == 0  # sub-collections are not items of the main cache
+    again.close()
