@@ -1,0 +1,511 @@
+"""Django cache backend: ``'BACKEND': 'diskcache_core.contrib.django.DjangoCache'``.
+
+Configuration (every key but BACKEND and LOCATION is optional)::
+
+    CACHES = {
+        "default": {
+            "BACKEND": "diskcache_core.contrib.django.DjangoCache",
+            "LOCATION": "/var/tmp/django_cache",  # a directory, shared by every process
+            "TIMEOUT": 300,              # Django's default expiry (None: never expire)
+            "SHARDS": 8,                 # FanoutCache shards
+            "DATABASE_TIMEOUT": 0.010,   # seconds a write waits for its shard's lock
+            "OPTIONS": {"size_limit": 2**30},  # FanoutCache settings (and "disk")
+        },
+    }
+
+Decisions, and why:
+
+- One FanoutCache per configuration per process. Django builds a backend object per thread (and
+  per async context), so construction must be cheap: the FanoutCache (which opens databases)
+  lives in a module-level table keyed by (LOCATION, SHARDS, DATABASE_TIMEOUT, OPTIONS), and
+  every backend object with that configuration shares it. A backend object costs what
+  ``BaseCache.__init__`` costs plus a dictionary lookup.
+- ``close()`` keeps connections. Django calls it after every request; the connection pool
+  already gives each thread its own connection and closes those of finished threads, so
+  closing and reopening SQLite databases per request would only cost time.
+- Bulk writes (``set_many``, ``delete_many``) group keys by shard and run one transaction per
+  shard, instead of one autocommit write per key. ``get_many`` reads key by key: a read is one
+  SELECT and never waits for writers, while a transaction would take the shard's write lock.
+- Timeouts follow Django: DEFAULT_TIMEOUT is the configured TIMEOUT, None never expires, and 0
+  or less stores the item already expired (so ``set(key, value, 0)`` hides any previous value,
+  as LocMemCache does).
+- ``incr``/``decr`` are single atomic statements on the database; a missing key raises
+  ValueError, as Django requires. Integers are stored natively, so values stored by ``set``
+  can be incremented.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    MEMCACHE_MAX_KEY_LENGTH,
+    BaseCache,
+)
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .. import ENOVAL, Cache, Disk, FanoutCache, Timeout
+from .._async import run_sync
+from .._memo import MemoizeDecorator
+from .._memo import memoize as _memoize
+
+__all__ = ["DjangoCache"]
+
+_EXPIRED = -1.0  # expire argument for Django timeouts of 0 or less: stored already expired
+
+# Options of Django's built-in backends that have no meaning here (limits are in bytes).
+_DJANGO_ONLY_OPTIONS = {
+    "MAX_ENTRIES": "size_limit (bytes)",
+    "CULL_FREQUENCY": "cull_limit (items removed per write when over the size limit)",
+}
+
+# --- one FanoutCache per configuration, shared by every backend object of this process --------
+
+_shared: dict[tuple[Any, ...], FanoutCache] = {}
+_shared_lock = threading.Lock()
+
+
+def _option_key(options: dict[str, Any]) -> str:
+    # Settings may hold unhashable values (a list of allowed types): compare their text.
+    return repr(sorted(options.items(), key=lambda item: item[0]))
+
+
+def _shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, Any]) -> FanoutCache:
+    """The process's FanoutCache for this configuration, opened on first use."""
+    key = (location, shards, timeout, _option_key(options))
+    found = _shared.get(key)
+    if found is not None:
+        return found
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            settings = dict(options)
+            disk = settings.pop("disk", Disk)
+            if isinstance(disk, str):
+                disk = import_string(disk)
+            try:
+                found = FanoutCache(location, shards=shards, timeout=timeout, disk=disk, **settings)
+            except (TypeError, ValueError) as exc:
+                raise ImproperlyConfigured(f"cache at {location!r}: {exc}") from exc
+            _shared[key] = found
+        return found
+
+
+def _location(directory: Any) -> str:
+    if not directory:
+        raise ImproperlyConfigured(
+            "DjangoCache needs LOCATION: the cache directory (shared by every process using it)"
+        )
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        raise ImproperlyConfigured(f"LOCATION must be a path, not {directory!r}") from None
+    return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
+
+
+class _VersionedKeys:
+    """What `memoize` uses of a cache (get and set), on this backend's keys at one version.
+
+    Memoized keys go through KEY_PREFIX, VERSION and KEY_FUNCTION like every other key, but
+    are not validated: their length comes from the arguments, not from the programmer, and a
+    CacheKeyWarning about them could not be acted upon.
+    """
+
+    __slots__ = ("_backend", "_version")
+
+    def __init__(self, backend: DjangoCache, version: int | None) -> None:
+        self._backend = backend
+        self._version = version
+
+    def get(self, key: str, default: Any = None, retry: bool = False, **flags: Any) -> Any:
+        backend = self._backend
+        return backend.fanout.get(backend.make_key(key, self._version), default, retry=retry, **flags)
+
+    def set(self, key: str, value: Any, expire: float | None = None, tag: Any = None,
+            retry: bool = False) -> bool:
+        backend = self._backend
+        return backend.fanout.set(
+            backend.make_key(key, self._version), value, expire, tag=tag, retry=retry
+        )
+
+
+def _awaitable(name: str) -> Callable[..., Any]:
+    """``a<name>``: awaits ``self.<name>(...)`` run in diskcache_core's thread pool.
+
+    Django's defaults run the sync method with ``sync_to_async(thread_sensitive=True)``, which
+    funnels every cache call of the process through one thread; our connections are per thread,
+    so the calls can run side by side.
+    """
+
+    async def twin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await run_sync(getattr(self, name), *args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = f"a{name}"
+    twin.__doc__ = f"Awaitable `{name}`: same arguments and result, run off the event loop."
+    return twin
+
+
+class DjangoCache(BaseCache):
+    """Django cache backend storing items in a `FanoutCache` in the LOCATION directory.
+
+    Implements Django's cache API (with awaitable ``a*`` methods that never block the event
+    loop) plus python-diskcache's DjangoCache extras: ``read``, ``pop``, ``expire``, ``evict``,
+    ``cull``, ``stats``, ``memoize``, tag indexes and named sub-caches, deques and indexes.
+    """
+
+    def __init__(self, directory: str, params: dict[str, Any]) -> None:
+        """Called by Django with LOCATION and the rest of the CACHES entry; see the module doc."""
+        super().__init__(params)
+        options = dict(params.get("OPTIONS") or {})
+        for name, instead in _DJANGO_ONLY_OPTIONS.items():
+            if name in options:
+                raise ImproperlyConfigured(
+                    f"OPTIONS[{name!r}] is an option of Django's own backends; DjangoCache "
+                    f"limits the cache with {instead}"
+                )
+        self._fanout = _shared_fanout(
+            _location(directory),
+            params.get("SHARDS", 8),
+            params.get("DATABASE_TIMEOUT", 0.010),
+            options,
+        )
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """The cache directory (LOCATION, made absolute)."""
+        return self._fanout.directory
+
+    @property
+    def fanout(self) -> FanoutCache:
+        """The FanoutCache underneath, shared by every backend object with this configuration."""
+        return self._fanout
+
+    def validate_key(self, key: Any) -> None:
+        """Warn (CacheKeyWarning) about keys memcached would reject, exactly as Django does.
+
+        Django's check (a generator and a regular expression) costs more than a whole cache
+        read; a key that is short, printable ASCII without spaces cannot draw a warning, so only
+        other keys go through it.
+        """
+        if type(key) is str and len(key) <= MEMCACHE_MAX_KEY_LENGTH and key.isascii() \
+                and key.isprintable() and " " not in key:
+            return
+        super().validate_key(key)
+
+    def _expire(self, timeout: Any) -> float | None:
+        """A Django timeout as the cache's ``expire`` (seconds from now, or None)."""
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = self.default_timeout
+        if timeout is None:
+            return None
+        return float(timeout) if timeout > 0 else _EXPIRED
+
+    def _by_shard(self, keys: Iterable[Any]) -> dict[Cache, list[Any]]:
+        """Items grouped by the shard of their first element (the made key)."""
+        groups: dict[Cache, list[Any]] = {}
+        shard_for = self._fanout.shard_for
+        for item in keys:
+            groups.setdefault(shard_for(item[0]), []).append(item)
+        return groups
+
+    # --- Django's API -----------------------------------------------------------------------
+
+    def add(
+        self,
+        key: str,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = True,
+    ) -> bool:
+        """Store `value` only if `key` is missing or expired; True when stored. Atomic."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
+
+    def get(
+        self,
+        key: str,
+        default: Any = None,
+        version: int | None = None,
+        read: bool = False,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """The value of `key`, or `default`; with `expire_time`/`tag`, a tuple with those."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.get(key, default, read, expire_time, tag, retry)
+
+    def set(
+        self,
+        key: str,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = True,
+    ) -> bool:
+        """Store `value` under `key`; True, or False when its shard stayed busy (retry=False)."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
+
+    def touch(
+        self,
+        key: str,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        retry: bool = True,
+    ) -> bool:
+        """Give `key` a new expiry; True when it was present."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.touch(key, self._expire(timeout), retry)
+
+    def delete(self, key: str, version: int | None = None, retry: bool = True) -> bool:
+        """Remove `key`; True when a live item was removed."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.delete(key, retry)
+
+    def has_key(self, key: str, version: int | None = None) -> bool:
+        """True when `key` is present and not expired."""
+        return self.make_and_validate_key(key, version=version) in self._fanout
+
+    def incr(
+        self,
+        key: str,
+        delta: Any = 1,
+        version: int | None = None,
+        default: Any = None,
+        retry: bool = True,
+    ) -> Any:
+        """Add `delta` to the number at `key`, atomically; return the new value.
+
+        A missing key raises ValueError (Django's contract) unless `default` is given, in which
+        case it starts from `default`.
+        """
+        made = self.make_and_validate_key(key, version=version)
+        try:
+            return self._fanout.incr(made, delta, default, retry)
+        except KeyError:
+            raise ValueError(f"Key '{made}' not found") from None
+
+    def decr(
+        self,
+        key: str,
+        delta: Any = 1,
+        version: int | None = None,
+        default: Any = None,
+        retry: bool = True,
+    ) -> Any:
+        """Subtract `delta` from the number at `key`, atomically; see `incr`."""
+        return self.incr(key, -delta, version, default, retry)
+
+    def get_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        """A dict of the present keys' values (missing and expired keys are left out)."""
+        found = {}
+        get, make = self._fanout.get, self.make_and_validate_key
+        for key in keys:
+            value = get(make(key, version=version), ENOVAL)
+            if value is not ENOVAL:
+                found[key] = value
+        return found
+
+    def set_many(
+        self,
+        data: dict[str, Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        retry: bool = True,
+    ) -> list[str]:
+        """Store every item, one transaction per shard; return the keys that were not stored.
+
+        With the default ``retry=True`` every item is stored (the list is empty); with
+        ``retry=False`` a shard that stays busy past DATABASE_TIMEOUT stores none of its items,
+        and their keys are returned.
+        """
+        expire = self._expire(timeout)
+        made = [(self.make_and_validate_key(key, version=version), key, value)
+                for key, value in data.items()]
+        groups = self._by_shard(made)
+        for shard, items in groups.items():  # refuse what cannot fit before storing anything
+            for _, key, value in items:
+                if type(value) in (bytes, str) and len(value) > shard.size_limit:
+                    raise ValueError(
+                        f"value of {key!r} ({len(value)} bytes) exceeds one shard's size limit "
+                        f"({shard.size_limit} bytes)"
+                    )
+        failed: list[str] = []
+        for shard, items in groups.items():
+            try:
+                with shard.transact(retry=retry):
+                    for made_key, _, value in items:
+                        shard.set(made_key, value, expire, retry=retry)
+            except Timeout:
+                failed.extend(key for _, key, _ in items)
+        return failed
+
+    def delete_many(self, keys: Iterable[str], version: int | None = None, retry: bool = True) -> None:
+        """Remove every key, one transaction per shard (with ``retry=False`` a busy shard is
+        skipped, failing silently as Django's contract allows)."""
+        made = [(self.make_and_validate_key(key, version=version),) for key in keys]
+        for shard, items in self._by_shard(made).items():
+            try:
+                with shard.transact(retry=retry):
+                    for (made_key,) in items:
+                        shard.delete(made_key, retry=retry)
+            except Timeout:
+                pass
+
+    def incr_version(self, key: str, delta: int = 1, version: int | None = None) -> int:
+        """Move `key` to version ``version + delta``; return the new version.
+
+        Unlike Django's default (which re-stores the value with the default timeout), the item
+        keeps its remaining lifetime and its tag.
+        """
+        if version is None:
+            version = self.version
+        old = self.make_and_validate_key(key, version=version)
+        new = self.make_and_validate_key(key, version=version + delta)
+        value, expire_time, tag = self._fanout.get(old, ENOVAL, expire_time=True, tag=True, retry=True)
+        if value is ENOVAL:
+            raise ValueError(f"Key '{old}' not found")
+        remaining = None
+        if expire_time is not None:
+            remaining = expire_time - time.time()
+            if remaining <= 0:
+                remaining = _EXPIRED
+        self._fanout.set(new, value, remaining, tag=tag, retry=True)
+        self._fanout.delete(old, retry=True)
+        return version + delta
+
+    def clear(self) -> int:
+        """Remove every item; return how many were removed."""
+        return self._fanout.clear(retry=True)
+
+    def close(self, **kwargs: Any) -> None:
+        """Nothing to do: connections stay open for the next request (see the module doc).
+
+        Django calls this after every request. To release the calling thread's connections
+        explicitly, call ``cache.fanout.close()``.
+        """
+
+    # --- python-diskcache's DjangoCache extras ------------------------------------------------
+
+    def read(self, key: str, version: int | None = None) -> Any:
+        """The value of `key` as a binary file object (values stored with ``read=True``);
+        KeyError when missing."""
+        return self._fanout.read(self.make_and_validate_key(key, version=version))
+
+    def pop(
+        self,
+        key: str,
+        default: Any = None,
+        version: int | None = None,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = True,
+    ) -> Any:
+        """Remove `key` and return its value (or `default`); atomic."""
+        key = self.make_and_validate_key(key, version=version)
+        return self._fanout.pop(key, default, expire_time, tag, retry)
+
+    def expire(self) -> int:
+        """Remove expired items now; return how many."""
+        return self._fanout.expire(retry=True)
+
+    def evict(self, tag: Any) -> int:
+        """Remove every item stored with `tag`; return how many."""
+        return self._fanout.evict(tag, retry=True)
+
+    def cull(self) -> int:
+        """Remove expired items, then evict by policy until within size_limit; return how many."""
+        return self._fanout.cull(retry=True)
+
+    def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
+        """``(hits, misses)``; turns statistics on or off; `reset` zeroes them."""
+        return self._fanout.stats(enable=enable, reset=reset)
+
+    def create_tag_index(self) -> None:
+        """Create the index that makes `evict` fast."""
+        self._fanout.create_tag_index()
+
+    def drop_tag_index(self) -> None:
+        """Drop the tag index."""
+        self._fanout.drop_tag_index()
+
+    def cache(self, name: str, timeout: float = 60, disk: type[Disk] | None = None,
+              **settings: Any) -> Cache:
+        """The Cache named `name` inside LOCATION (see ``FanoutCache.cache``)."""
+        return self._fanout.cache(name, timeout, disk, **settings)
+
+    def deque(self, name: str, maxlen: int | None = None) -> Any:
+        """The Deque named `name` inside LOCATION."""
+        return self._fanout.deque(name, maxlen=maxlen)
+
+    def index(self, name: str) -> Any:
+        """The Index named `name` inside LOCATION."""
+        return self._fanout.index(name)
+
+    def memoize(
+        self,
+        name: str | None = None,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        typed: bool = False,
+        tag: Any = None,
+        ignore: Any = (),
+        *,
+        key: Callable[..., Any] | None = None,
+        should_cache: Callable[[Any], bool] | None = None,
+    ) -> MemoizeDecorator:
+        """Decorator: remember results in this cache, under KEY_PREFIX and `version`.
+
+        `timeout` as for `set` (0 looks results up but never stores them); the other options
+        are those of ``Cache.memoize``. Use it with parentheses: ``@cache.memoize()``.
+        """
+        return _memoize(
+            _VersionedKeys(self, version), name, typed, self._expire(timeout), tag, ignore,
+            key=key, should_cache=should_cache,
+        )
+
+    # --- awaitable twins (Django's a* API) -------------------------------------------------
+    # aget_or_set and aclose keep Django's versions: the first awaits aget/aadd below; the
+    # second has nothing to do, like close.
+
+    aadd = _awaitable("add")
+    aget = _awaitable("get")
+    aset = _awaitable("set")
+    atouch = _awaitable("touch")
+    adelete = _awaitable("delete")
+    ahas_key = _awaitable("has_key")
+    aincr = _awaitable("incr")
+    adecr = _awaitable("decr")
+    aget_many = _awaitable("get_many")
+    aset_many = _awaitable("set_many")
+    adelete_many = _awaitable("delete_many")
+    aincr_version = _awaitable("incr_version")
+    adecr_version = _awaitable("decr_version")
+    aclear = _awaitable("clear")
+    apop = _awaitable("pop")
+
+
+def _describe_twins() -> None:
+    # The twins take exactly their sync method's arguments: show that signature in help().
+    for name, member in vars(DjangoCache).items():
+        if getattr(member, "__code__", None) is _awaitable("get").__code__:
+            member.__signature__ = inspect.signature(getattr(DjangoCache, name[1:]))
+            member.__qualname__ = f"DjangoCache.{name}"
+
+
+_describe_twins()

@@ -1,0 +1,254 @@
+"""Flask-Caching backend: ``CACHE_TYPE = 'diskcache_core.contrib.flask.DiskCache'``.
+
+Configuration read from the Flask app's config::
+
+    CACHE_TYPE = "diskcache_core.contrib.flask.DiskCache"
+    CACHE_DIR = "/var/tmp/flask_cache"   # required: the cache directory, shared by processes
+    CACHE_DEFAULT_TIMEOUT = 300          # seconds; 0 never expires
+    CACHE_THRESHOLD = 500                # most items kept (0: no limit)
+    CACHE_OPTIONS = {"size_limit": 2**30, "database_timeout": 1.0}  # settings, see DiskCache
+
+Decisions, and why:
+
+- One `Cache` (a single SQLite database) underneath, not a FanoutCache. A Flask-Caching cache
+  reads far more than it writes; one database keeps insertion order global, which the
+  threshold needs (oldest items go first), and writes that find the database busy wait up to
+  ``database_timeout`` (1 s by default) instead of FanoutCache's 10 ms before giving up.
+- Semantics are cachelib's: timeout None means the default timeout, 0 never expires, a negative
+  timeout stores the item already expired; a write that cannot get the database lock in time
+  returns its failure value (False, None or an empty list) rather than raising, as cachelib's
+  backends do for backend errors.
+- CACHE_THRESHOLD is a real item limit, as in cachelib's FileSystemCache: after writes, when the
+  cache holds more items than the threshold, expired items are removed and then the oldest
+  (by first insertion) until the threshold is met, in one transaction. Counting costs a few
+  microseconds per thousand items, so the count is checked after every
+  ``max(1, threshold // 256)``-th write of a process: the cache overshoots by at most that
+  many items per writing process (none for thresholds below 512).
+- Bulk writes (``set_many``, ``delete_many``) are one transaction each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+from flask import Flask
+from flask_caching.backends.base import BaseCache
+from werkzeug.utils import import_string
+
+from .. import Cache, Disk, Timeout
+
+__all__ = ["DiskCache"]
+
+_EXPIRED = -1.0  # expire argument for negative timeouts: stored already expired
+_CHECKS_PER_THRESHOLD = 256
+
+
+class DiskCache(BaseCache):
+    """Flask-Caching (cachelib API) backend storing items in a diskcache_core `Cache`.
+
+    :param directory: cache directory (CACHE_DIR); every process using it shares the items
+    :param threshold: most items the cache keeps (CACHE_THRESHOLD); 0 for no limit
+    :param default_timeout: seconds items live when ``set`` gets no timeout; 0 never expires
+    :param ignore_delete_many_errors: if False, ``delete_many`` raises RuntimeError when a key
+        could not be deleted (Flask-Caching's CACHE_IGNORE_ERRORS)
+    :param database_timeout: seconds a write waits for the database lock before giving up
+    :param disk: Disk subclass (or its dotted path) serializing keys and values
+    :param settings: Cache settings (``size_limit``, ``eviction_policy``, ...), from
+        CACHE_OPTIONS
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        threshold: int = 500,
+        default_timeout: int = 300,
+        ignore_delete_many_errors: bool = False,
+        database_timeout: float = 1.0,
+        disk: type[Disk] | str = Disk,
+        **settings: Any,
+    ) -> None:
+        if not directory:
+            raise ValueError("DiskCache needs a directory: set CACHE_DIR in the app's config")
+        if type(threshold) is not int or threshold < 0:
+            raise ValueError(f"threshold (CACHE_THRESHOLD) must be an int >= 0, not {threshold!r}")
+        super().__init__(
+            default_timeout=default_timeout, ignore_delete_many_errors=ignore_delete_many_errors
+        )
+        if isinstance(disk, str):
+            disk = import_string(disk)
+        self._cache = Cache(directory, timeout=database_timeout, disk=disk, **settings)  # type: ignore[arg-type]
+        self._threshold = threshold
+        self._check_every = max(1, threshold // _CHECKS_PER_THRESHOLD)
+        self._unchecked = 0  # writes since the count was last checked
+        self._unchecked_lock = threading.Lock()
+
+    @classmethod
+    def factory(
+        cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> DiskCache:
+        """Build the backend from Flask-Caching's config: CACHE_DIR, CACHE_THRESHOLD, and
+        CACHE_DEFAULT_TIMEOUT, CACHE_IGNORE_ERRORS and CACHE_OPTIONS (in `kwargs`)."""
+        args.insert(0, config.get("CACHE_DIR"))
+        if len(args) < 2:  # CACHE_ARGS may give the threshold positionally
+            kwargs.setdefault("threshold", config.get("CACHE_THRESHOLD", 500))
+        return cls(*args, **kwargs)
+
+    @property
+    def cache(self) -> Cache:
+        """The diskcache_core Cache underneath (for its other methods: ``evict``, ``stats``...)."""
+        return self._cache
+
+    @property
+    def directory(self) -> str:
+        """The cache directory."""
+        return self._cache.directory
+
+    @property
+    def threshold(self) -> int:
+        """Most items kept (0: no limit)."""
+        return self._threshold
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _expire(self, timeout: Any) -> float | None:
+        """A cachelib timeout (None: the default; 0: never) as the cache's ``expire``."""
+        seconds = self._normalize_timeout(timeout)
+        if seconds == 0:
+            return None
+        return float(seconds) if seconds > 0 else _EXPIRED
+
+    def _wrote(self, count: int = 1) -> None:
+        """Count writes; every `_check_every` of them, bring the cache back to the threshold."""
+        if not self._threshold:
+            return
+        with self._unchecked_lock:
+            self._unchecked += count
+            due = self._unchecked >= self._check_every
+            if due:
+                self._unchecked = 0
+        if due:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Remove expired items, then the oldest, until at most `threshold` remain."""
+        cache = self._cache
+        if len(cache) <= self._threshold:
+            return
+        try:
+            cache.expire()
+            with cache.transact():  # count and delete in one go: no two processes overshoot
+                excess = len(cache) - self._threshold
+                if excess > 0:
+                    for key in list(itertools.islice(cache, excess)):
+                        cache.delete(key)
+        except Timeout:
+            self._unchecked = self._check_every  # busy: try again on the next write
+
+    # --- cachelib's API ----------------------------------------------------------------------
+
+    def get(self, key: str) -> Any:
+        """The value of `key`, or None when it is missing or expired."""
+        try:
+            return self._cache.get(key)
+        except Timeout:
+            return None
+
+    def has(self, key: str) -> bool:
+        """True when `key` is present and not expired (without reading its value)."""
+        try:
+            return key in self._cache
+        except Timeout:
+            return False
+
+    def set(self, key: str, value: Any, timeout: Any = None) -> bool:
+        """Store `value` under `key`; False when the database stayed busy."""
+        try:
+            stored = self._cache.set(key, value, expire=self._expire(timeout))
+        except Timeout:
+            return False
+        self._wrote()
+        return stored
+
+    def add(self, key: str, value: Any, timeout: Any = None) -> bool:
+        """Store `value` only if `key` is missing or expired (atomically); True when stored."""
+        try:
+            stored = self._cache.add(key, value, expire=self._expire(timeout))
+        except Timeout:
+            return False
+        if stored:
+            self._wrote()
+        return stored
+
+    def delete(self, key: str) -> bool:
+        """Remove `key`; True when it was present."""
+        try:
+            return self._cache.delete(key)
+        except Timeout:
+            return False
+
+    def get_many(self, *keys: str) -> list[Any]:
+        """The values of `keys`, in order (None for missing ones)."""
+        return [self.get(key) for key in keys]
+
+    def set_many(self, mapping: dict[str, Any], timeout: Any = None) -> list[Any]:
+        """Store every item in one transaction; return the keys stored (all, or none when the
+        database stayed busy)."""
+        expire = self._expire(timeout)
+        cache = self._cache
+        try:
+            with cache.transact():
+                for key, value in mapping.items():
+                    cache.set(key, value, expire=expire)
+        except Timeout:
+            return []
+        self._wrote(len(mapping))
+        return list(mapping)
+
+    def delete_many(self, *keys: str) -> list[Any]:
+        """Remove every key in one transaction; return the keys deleted (absent ones count).
+
+        When the database stays busy, falls back to cachelib's key-by-key deletion, which
+        raises RuntimeError for keys left behind unless ``ignore_delete_many_errors``.
+        """
+        cache = self._cache
+        try:
+            with cache.transact():
+                for key in keys:
+                    cache.delete(key)
+        except Timeout:
+            return super().delete_many(*keys)
+        return list(keys)
+
+    def clear(self) -> bool:
+        """Remove every item; False when the database stayed busy part-way."""
+        try:
+            self._cache.clear()
+        except Timeout:
+            return False
+        return True
+
+    def inc(self, key: str, delta: int = 1) -> int | None:
+        """Add `delta` to the number at `key` atomically (a missing key starts at 0); the new
+        value, or None when the database stayed busy."""
+        try:
+            value = self._cache.incr(key, delta, default=0)
+        except Timeout:
+            return None
+        self._wrote()
+        return value
+
+    def dec(self, key: str, delta: int = 1) -> int | None:
+        """Subtract `delta` from the number at `key` atomically; see `inc`."""
+        try:
+            value = self._cache.decr(key, delta, default=0)
+        except Timeout:
+            return None
+        self._wrote()
+        return value
+
+    def close(self) -> None:
+        """Close the calling thread's database connection (reopened on next use)."""
+        self._cache.close()
+
