@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Optional
 
 from .backends import ADAPTERS, CACHE_BACKENDS, Adapter, BackendSpec
@@ -15,9 +16,33 @@ ALL_BACKENDS: tuple[BackendSpec, ...] = CACHE_BACKENDS + DJANGO_BACKENDS
 _ADAPTERS: dict[str, type[Adapter]] = {**ADAPTERS, "django": DjangoAdapter}
 
 
+def _memory_off(spec: BackendSpec) -> BackendSpec:
+    """The same diskcache_core backend with its memory tier off (``memory_size_limit=0``)."""
+    kwargs = {**spec.options["kwargs"], "memory_size_limit": 0}
+    if spec.label.endswith(")"):
+        label = spec.label[:-1] + ", memory off)"
+    else:
+        label = spec.label + "(memory off)"
+    return replace(
+        spec,
+        name="memoff-" + spec.name,
+        label=label,
+        short=spec.short + " mem off",
+        options={**spec.options, "kwargs": kwargs},
+    )
+
+
+#: Variants run only when named (``--backends 'memoff-*'``): each diskcache_core backend with its
+#: memory tier off, compared with the same python-diskcache baseline, to show what the tier does.
+VARIANT_BACKENDS: tuple[BackendSpec, ...] = tuple(
+    _memory_off(spec) for spec in CACHE_BACKENDS if spec.options.get("module") == "diskcache_core"
+)
+_SELECTABLE: tuple[BackendSpec, ...] = ALL_BACKENDS + VARIANT_BACKENDS
+
+
 def by_name(name: str) -> BackendSpec:
     """The backend with this selection id."""
-    for spec in ALL_BACKENDS:
+    for spec in _SELECTABLE:
         if spec.name == name:
             return spec
     raise KeyError(name)
@@ -27,15 +52,16 @@ def select(patterns: Optional[Sequence[str]], django: bool = False) -> list[Back
     """Backends matching any of the names or shell patterns (``core-*``), in catalog order.
 
     With no patterns: every cache-level backend, plus the Django-level ones when ``django``.
+    The memory-off variants (``memoff-*``) run only when a pattern names them.
     """
     if not patterns:
         return [s for s in ALL_BACKENDS if s.level == "cache" or django]
     chosen = []
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in ALL_BACKENDS):
-            known = ", ".join(spec.name for spec in ALL_BACKENDS)
+        if not any(fnmatch.fnmatchcase(spec.name, pattern) for spec in _SELECTABLE):
+            known = ", ".join(spec.name for spec in _SELECTABLE)
             raise ValueError(f"no backend matches {pattern!r}; known backends: {known}")
-    for spec in ALL_BACKENDS:
+    for spec in _SELECTABLE:
         if any(fnmatch.fnmatchcase(spec.name, pattern) for pattern in patterns):
             chosen.append(spec)
     return chosen

@@ -17,6 +17,7 @@ from ._errors import (
     UnsafeValueFileError,
 )
 from ._memo import Memoized, memoize_stampede
+from ._memory import MemoryStats
 from ._persistent import Deque, Index
 from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
 from ._schema import DEFAULT_SETTINGS, EVICTION_POLICY
@@ -41,6 +42,7 @@ __all__ = [
     "JSONDisk",
     "Lock",
     "Memoized",
+    "MemoryStats",
     "RLock",
     "SafeDisk",
     "Timeout",

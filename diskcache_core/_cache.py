@@ -7,7 +7,9 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
   takes the write lock when the statement starts, so no BEGIN/COMMIT round trips are needed;
 - the bytes in value files are kept by a trigger; the size limit and expired items are checked
   once per `_check_every` bytes written, not on every write;
-- value files a write replaced are removed by a background thread after it commits (`_reaper`).
+- value files a write replaced are removed by a background thread after it commits (`_reaper`);
+- recently read and written items are answered from this process's memory tier (`_memory`),
+  validated by a version word shared by every process: a hit is a dict lookup and one word read.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ from ._connections import NO_VALUE, ConnectionPool
 from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
 from ._errors import DatabaseError, is_busy, translate_sqlite_error
 from ._eviction import EvictionMixin
+from ._memory import (
+    ABSENT,
+    IMMUTABLE_TYPES,
+    RECENT_MASK,
+    MemoryStats,
+    MemoryTier,
+    open_versions,
+    pre_index,
+)
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._queue import QueueMixin
@@ -77,7 +88,9 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         :param directory: cache directory; a new temporary one when None
         :param timeout: seconds a write waits for the database lock before `Timeout`
         :param disk: Disk subclass for serialization
-        :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens
+        :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens; and,
+            for this object only, ``memory_size_limit`` (bytes) and ``memory_item_limit`` (items),
+            the bounds of its memory tier (:doc:`memory`; 0 turns it off)
         """
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
@@ -101,6 +114,11 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         self._directory = directory
         self._timeout = timeout
         self._code_only = code_only
+        memory_limits = {**sql.MEMORY_DEFAULTS, **code_only}
+        self._memory_size_limit = memory_limits["memory_size_limit"]
+        self._memory_item_limit = memory_limits["memory_item_limit"]
+        self._memory: MemoryTier | None = None
+        self._words: memoryview | None = None
         self._pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, self._configure)
         self._pool.read_only = not os.access(directory, os.W_OK)
         self._local = self._pool.local
@@ -111,6 +129,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         self._unchecked = 0  # bytes written since the last size/expiry check
         self._check_every = 2**20
         self._open_database(checked, disk)
+        self._words = self._pool.words
+        self._configure_memory()
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -144,7 +164,9 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             for name, value in wanted.items():
                 setattr(self, name, value)
             disk_options = {name[5:]: value for name, value in wanted.items() if name.startswith("disk_")}
-            disk_options.update((name[5:], value) for name, value in self._code_only.items())
+            disk_options.update(
+                (name[5:], value) for name, value in self._code_only.items() if name.startswith("disk_")
+            )
             self._disk = disk(self._directory, **disk_options)  # checks its options before any write
             self._plain_fetch = type(self._disk).fetch is Disk.fetch
             self._native_numbers = self._plain_fetch and type(self._disk).store is Disk.store
@@ -155,11 +177,14 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
                         f"cache directory {self._directory!r} is read-only: cannot"
                         + (f" change settings {changed}" if stored else " create a cache")
                     )
+                self._pool.words = open_versions(self._directory, True, self._pool.immutable)
                 return
             if not stored:
                 self._set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"])
             self._set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"])
             self._retry_setup(lambda: sql.create_or_migrate(con, stored, wanted))
+            # Only once the directory is known to hold a cache database.
+            self._pool.words = open_versions(self._directory, False, False)
         except sqlite3.Error as exc:
             raise translate_sqlite_error(exc) from exc
         finally:
@@ -244,6 +269,58 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         # may overshoot it by that much per process, never more.
         self._check_every = min(max(self._size_limit // 128, 4096), 2**20)
 
+    # --- the memory tier (per object and process; see _memory.py) --------------------------
+
+    def _configure_memory(self) -> None:
+        size_limit, item_limit = self._memory_size_limit, self._memory_item_limit
+        if not size_limit or not item_limit or self._words is None:
+            # Off (or impossible: read-only media that another process may still change).
+            self._memory = None
+        elif self._memory is None:
+            plain_keys = type(self._disk).put is Disk.put
+            self._memory = MemoryTier(self._words, size_limit, item_limit, plain_keys, self._disk.put)
+        else:
+            self._memory.set_limits(size_limit, item_limit)
+
+    @property
+    def memory_size_limit(self) -> int:
+        """Bytes this object's memory tier may hold in this process (0: the tier is off).
+
+        Assigning it takes effect at once (entries beyond it are dropped); it is never stored.
+        """
+        return self._memory_size_limit
+
+    @memory_size_limit.setter
+    def memory_size_limit(self, value: int) -> None:
+        checked = sql.validate_settings({"memory_size_limit": value})["memory_size_limit"]
+        self._memory_size_limit = checked
+        self._code_only["memory_size_limit"] = checked
+        self._configure_memory()
+
+    @property
+    def memory_item_limit(self) -> int:
+        """Items this object's memory tier may hold in this process (0: the tier is off)."""
+        return self._memory_item_limit
+
+    @memory_item_limit.setter
+    def memory_item_limit(self, value: int) -> None:
+        checked = sql.validate_settings({"memory_item_limit": value})["memory_item_limit"]
+        self._memory_item_limit = checked
+        self._code_only["memory_item_limit"] = checked
+        self._configure_memory()
+
+    def memory_stats(self, reset: bool = False) -> MemoryStats:
+        """This process's memory tier of this cache: ``(hits, misses, items, size, size_limit,
+        item_limit)``, a named tuple; with `reset`, zero the hit and miss counts afterwards.
+
+        Memory hits also count as hits in `stats` (when statistics are on); `stats` keeps
+        python-diskcache's ``(hits, misses)`` shape. All zeros while the tier is off.
+        """
+        memory = self._memory
+        if memory is None:
+            return MemoryStats(0, 0, 0, 0, 0, 0)
+        return memory.stats(reset)
+
     # --- properties ----------------------------------------------------------------------------
 
     @property
@@ -299,6 +376,32 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """
         if expire_time or tag:
             return self._get_with_metadata(key, default, read, expire_time, tag)
+        memory = self._memory
+        if memory is not None and not read:
+            kind = type(key)
+            if (kind is str or kind is bytes) and memory.plain_keys:
+                map_key = key
+            else:
+                map_key = memory.key_for(key)
+            entry = memory.entries.get(map_key)
+            if entry is not None:
+                stored, fetch_mode, index, version, expires, db_key, raw, _ = entry
+                if memory.words[index] == version and (expires is None or expires > _now()):
+                    memory.hits += 1
+                    try:
+                        memory.entries.move_to_end(map_key)
+                    except KeyError:  # evicted by another thread just now
+                        pass
+                    if self._track_reads and self._access.record(
+                        db_key, raw, fetch_mode is not ABSENT, _now()
+                    ):
+                        schedule_flush(self)
+                    if fetch_mode is None:
+                        return stored
+                    if fetch_mode is ABSENT:
+                        return default
+                    return self._disk.fetch(fetch_mode, None, stored, False)
+            return self._get_through_memory(memory, key, map_key, entry, default)
         db_key, raw = self._disk.put(key)
         try:
             execute = self._local.execute
@@ -323,6 +426,82 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             except FileNotFoundError:
                 # Replaced by another writer between our SELECT and open: read the row again.
                 return self._get_with_metadata(key, default, read, False, False)
+        if self._track_reads and self._access.record(db_key, raw, True, now):
+            schedule_flush(self)
+        return value
+
+    def _get_through_memory(
+        self, memory: MemoryTier, key: Any, map_key: Any, entry: Any, default: Any
+    ) -> Any:
+        """get's path when the memory tier missed: read SQLite, and keep what it says (the value,
+        or that the key is absent) if the key's bucket was clean (``pre == post``) before the
+        SELECT (see _memory.py)."""
+        memory.misses += 1
+        if map_key is key:  # a plain str or bytes key: its own database key
+            db_key, raw = key, True
+        else:
+            db_key, raw = self._disk.put(key)
+        # Admission: a key with an entry (invalid or expired) is refilled; any other is kept only
+        # when it was looked up lately (MemoryTier.seen_lately, inline): a key read once is not
+        # worth the fill.
+        keep = False
+        if entry is not None:
+            keep, index = True, entry[2]
+        elif map_key is not None:
+            memory.noted += 1
+            if memory.noted > memory.forget_after:
+                memory.forget()
+            slot = hash(map_key) & RECENT_MASK
+            recent = memory.recent
+            if recent[slot]:
+                index = pre_index(db_key)
+                keep = index is not None  # None: a key of a type the tier does not keep
+            else:
+                recent[slot] = 1
+        if keep:
+            words = memory.words
+            version = words[index]  # both words are read before the SELECT
+            if words[index + 1] != version:
+                keep = False  # a write is in progress, or its writer died: do not keep
+        try:
+            execute = self._local.execute
+        except AttributeError:
+            execute = self._pool.state().execute
+        now = _now()
+        params = (db_key, raw, now)
+        try:
+            row = execute(sql.SELECT_VALUE_EXPIRY, params).fetchone()
+        except sqlite3.Error as exc:
+            rows = self._retry_read(exc, sql.SELECT_VALUE_EXPIRY, params)
+            row = rows[0] if rows else None
+        if row is None:
+            if keep:
+                memory.store(map_key, None, ABSENT, index, version, None, db_key, raw)
+            elif entry is not None:
+                memory.discard(map_key)
+            if self._track_reads and self._access.record(db_key, raw, False, now):
+                schedule_flush(self)
+            return default
+        mode, filename, db_value, expires = row
+        if mode == MODE_RAW and self._plain_fetch:
+            value = stored = db_value
+            fetch_mode = None
+        else:
+            try:
+                value = self._disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                # Replaced by another writer between our SELECT and open: read the row again.
+                return self._get_with_metadata(key, default, False, False, False)
+            if type(value) in IMMUTABLE_TYPES:
+                stored, fetch_mode = value, None
+            elif filename is None:
+                stored, fetch_mode = db_value, mode  # decoded afresh on each hit
+            else:
+                keep = False  # a mutable value from a value file: not kept
+        if keep:
+            memory.store(map_key, stored, fetch_mode, index, version, expires, db_key, raw)
+        elif entry is not None:
+            memory.discard(map_key)
         if self._track_reads and self._access.record(db_key, raw, True, now):
             schedule_flush(self)
         return value
@@ -365,6 +544,15 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
 
     def __contains__(self, key: Any) -> bool:
         """True when `key` is present and not expired."""
+        memory = self._memory
+        if memory is not None:
+            kind = type(key)
+            map_key = key if (kind is str or kind is bytes) and memory.plain_keys else memory.key_for(key)
+            entry = memory.entries.get(map_key)
+            if entry is not None:
+                if memory.words[entry[2]] == entry[3] and (entry[4] is None or entry[4] > _now()):
+                    memory.hits += 1
+                    return entry[1] is not ABSENT
         db_key, raw = self._disk.put(key)
         return bool(self._read(sql.SELECT_EXISTS, (db_key, raw, _now())))
 
@@ -386,10 +574,54 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         :param tag: str/bytes/number to group items for `evict`
         """
         params, charge = self._prepare(key, value, expire, read, tag)
-        self._write(sql.UPSERT, params, retry, params[7], charge)
+        memory = self._memory
+        if memory is None:
+            self._write(sql.UPSERT, params, retry, params[7], charge)
+        else:
+            self._write_through(memory, sql.UPSERT, params, value, retry, charge)
         if self._track_writes and self._access.stored(params[0], params[1], params[2]):
             schedule_flush(self)
         return True
+
+    def _write_through(
+        self, memory: MemoryTier, statement: str, params: tuple[Any, ...], value: Any, retry: bool,
+        charge: int,
+    ) -> sqlite3.Cursor:
+        """set/add with the memory tier on: write, then keep the value in this process's memory
+        when that is provably the committed value (see _memory.py, write-through)."""
+        db_key, raw = params[0], params[1]
+        kind = type(db_key)
+        if raw and (kind is str or kind is bytes) and memory.plain_keys:
+            map_key = db_key
+        else:
+            map_key = memory.map_key(db_key, raw)
+        cursor = self._write(statement, params, retry, params[7], charge)
+        if cursor.rowcount != 1:
+            return cursor  # add() found a live item: nothing changed
+        state = self._local.state
+        written = state.written
+        if not written or state.depth or params[7] is not None or map_key is None:
+            memory.discard(map_key)  # inside transact, or a value file: not kept
+            return cursor
+        entry = memory.entries.get(map_key)
+        if entry is None and not memory.admits_write(map_key):
+            return cursor  # no room, and not seen lately: not kept
+        index = entry[2] if entry is not None else pre_index(db_key)  # saves hashing again
+        if index is None:
+            return cursor  # a key of a type the tier does not keep
+        version = written.get(index)  # the nonce this statement's trigger stored in ``pre``
+        if version is None or memory.words[index] != version:
+            memory.discard(map_key)  # a later writer has started: its value may be newer
+            return cursor
+        mode = params[6]
+        if mode == MODE_RAW and self._plain_fetch:
+            stored, fetch_mode = params[8], None
+        elif self._native_numbers and type(value) in IMMUTABLE_TYPES:
+            stored, fetch_mode = value, None
+        else:
+            stored, fetch_mode = params[8], mode
+        memory.store(map_key, stored, fetch_mode, index, version, params[3], db_key, raw)
+        return cursor
 
     def _prepare(
         self, key: Any, value: Any, expire: Any, read: bool, tag: Any
@@ -425,7 +657,12 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
         params, charge = self._prepare(key, value, expire, read, tag)
         filename = params[7]
-        if self._write(sql.ADD, params, retry, filename, charge).rowcount == 1:
+        memory = self._memory
+        if memory is None:
+            cursor = self._write(sql.ADD, params, retry, filename, charge)
+        else:
+            cursor = self._write_through(memory, sql.ADD, params, value, retry, charge)
+        if cursor.rowcount == 1:
             if self._track_writes and self._access.stored(params[0], params[1], params[2]):
                 schedule_flush(self)
             return True
@@ -536,6 +773,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         state = self._state()
         if rows and self._access.column is not None:
             self._access.forget(db_key, raw)
+        if rows and self._memory is not None:
+            self._memory.discard(self._memory.map_key(db_key, raw))
         try:
             if rows:
                 db_expire, db_tag, mode, filename, db_value = rows[0]
@@ -554,9 +793,28 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
         db_key, raw = self._disk.put(key)
         deleted = self._write(sql.DELETE_ITEM, (db_key, raw, _now()), retry).rowcount == 1
-        if deleted and self._access.column is not None:
-            self._access.forget(db_key, raw)
+        if deleted:
+            if self._access.column is not None:
+                self._access.forget(db_key, raw)
+            if self._memory is not None:
+                self._deleted_through(self._memory, db_key, raw)
         return deleted
+
+    def _deleted_through(self, memory: MemoryTier, db_key: Any, raw: Any) -> None:
+        """After a delete committed: keep "absent" in memory if the key had an entry and no later
+        writer has started (the same rule as a set's write-through)."""
+        map_key = memory.map_key(db_key, raw)
+        entry = memory.entries.get(map_key)
+        if entry is None:
+            return
+        state = self._local.state
+        written = state.written
+        index = entry[2]
+        version = written.get(index) if written and not state.depth else None
+        if version is not None and memory.words[index] == version:
+            memory.store(map_key, None, ABSENT, index, version, None, db_key, raw)
+        else:
+            memory.discard(map_key)
 
     def __delitem__(self, key: Any, retry: bool = True) -> None:
         """Remove `key`; KeyError when it is missing."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import _reaper
 from . import _schema as sql
 from ._errors import EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
+from ._memory import VERSION_FILE
 
 if TYPE_CHECKING:
     from ._cache import Cache
@@ -60,6 +61,7 @@ def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[
             database_files = {
                 op.join(real_directory, sql.DBNAME + suffix) for suffix in ("", "-wal", "-shm", "-journal")
             }
+            database_files.add(op.join(real_directory, VERSION_FILE))  # the memory tier's
             for dirpath, _, files in os.walk(real_directory):
                 for name in files:
                     full_path = op.join(dirpath, name)

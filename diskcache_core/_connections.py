@@ -15,7 +15,14 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from ._schema import NEW_VALUE_FUNCTION, RELEASE_FUNCTION, RELEASE_TRIGGERS
+from ._memory import change_recorder
+from ._schema import (
+    NEW_VALUE_FUNCTION,
+    RELEASE_FUNCTION,
+    RELEASE_TRIGGERS,
+    VERSION_FUNCTION,
+    VERSION_TRIGGERS,
+)
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
 
@@ -29,7 +36,10 @@ _live_pools: "weakref.WeakSet[ConnectionPool]" = weakref.WeakSet()
 class ThreadState:
     """One thread's connection to one cache, and the files its open transaction touched."""
 
-    __slots__ = ("con", "execute", "released", "created", "depth", "thread", "new_value")
+    __slots__ = (
+        "con", "execute", "released", "created", "depth", "thread", "new_value", "versions",
+        "written",
+    )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
         self.con = con
@@ -43,6 +53,11 @@ class ThreadState:
         self.thread = thread
         # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
         self.new_value: Any = NO_VALUE
+        # Memory-tier buckets bumped by the open transaction or statement: version-word index
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory.py).
+        self.versions: dict[int, int] = {}
+        # The versions the last autocommit write published (for its write-through), or None.
+        self.written: dict[int, int] | None = None
 
     def capture(self, value: Any) -> Any:
         """SQL function body: remember `value` and pass it through."""
@@ -62,6 +77,8 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # read-only media without a WAL index: see Cache._open_database
+        # The memory tier's version words (see _memory.open_versions); None while none is open.
+        self.words: memoryview | None = None
         _live_pools.add(self)
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
@@ -87,6 +104,12 @@ class ConnectionPool:
         con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
         for statement in RELEASE_TRIGGERS:
             con.execute(statement)
+        if not self.read_only:
+            if self.words is None:
+                raise RuntimeError("the version file must be open before the first write connection")
+            con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
+            for statement in VERSION_TRIGGERS:
+                con.execute(statement)
         with self._lock:
             self._close_dead_threads()
             self._states.append(state)

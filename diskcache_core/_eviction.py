@@ -17,6 +17,7 @@ from ._access import AccessLog
 from ._arguments import check_tag
 from ._connections import ThreadState
 from ._errors import Timeout
+from ._memory import MemoryTier
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["EvictionMixin"]
@@ -29,6 +30,7 @@ class EvictionMixin(Store):
     """expire/evict/clear/cull/volume for Cache, and the write path's size check."""
 
     _access: AccessLog
+    _memory: MemoryTier | None  # this object's memory tier (Cache sets it)
     cull_limit: int
     eviction_policy: str  # properties of Cache
     size_limit: int
@@ -60,7 +62,12 @@ class EvictionMixin(Store):
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many."""
-        return self._delete_batches(sql.DELETE_ANY, (), retry)
+        try:
+            return self._delete_batches(sql.DELETE_ANY, (), retry)
+        finally:
+            # The triggers have invalidated every entry (in every process); free them here.
+            if self._memory is not None:
+                self._memory.clear()
 
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
@@ -93,16 +100,40 @@ class EvictionMixin(Store):
                 delete = sql.DELETE_BY_POLICY.get(self.eviction_policy)
                 if delete is None:
                     return
-                over = self._volume(state) > self.size_limit
+                volume = self._volume(state)
+                over = volume > self.size_limit
                 if over:
                     batch = self._access.take()
                     self._access.write(state.con, batch)
-                    state.execute(delete, (self.cull_limit,))
-                    over = self._volume(state) > self.size_limit
+                    over = self._evict_until_within(state, delete, volume)
         except Timeout:
             return  # busy: the write itself succeeded; check again on a later write
         if over:
             self._unchecked = self._check_every  # still over: check again on the next write
+
+    def _evict_until_within(self, state: ThreadState, delete: str, volume: int) -> bool:
+        """Evict up to cull_limit victims in policy order, stopping as soon as the volume is
+        within size_limit; True while still over.
+
+        One victim at a time while each removal lowers the volume (value files), so a small
+        cache — a FanoutCache shard holds a fraction of the limit — never evicts the item just
+        written along with older ones; the rest in one statement once a removal frees nothing
+        (inline rows free database pages only when a page empties).
+        """
+        removed = 0
+        step = 1
+        while removed < self.cull_limit:
+            count = state.execute(delete, (step,)).rowcount
+            if count <= 0:
+                break
+            removed += count
+            after = self._volume(state)
+            if after <= self.size_limit:
+                return False
+            if after >= volume:
+                step = self.cull_limit - removed
+            volume = after
+        return True
 
     def _volume(self, state: ThreadState) -> int:
         used_pages, page_size, file_bytes = state.execute(sql.VOLUME).fetchone()

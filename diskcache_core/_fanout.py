@@ -41,6 +41,7 @@ from ._disk import ENOVAL, Disk, make_private_dirs
 from ._errors import Timeout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
+from ._memory import MemoryStats
 from ._persistent import Deque, Index
 
 __all__ = ["FanoutCache", "FanoutStats", "placement_hash"]
@@ -136,6 +137,14 @@ def _split(total: int, shards: int) -> list[int]:
     return [share + (number < extra) for number in range(shards)]
 
 
+def _memory_shares(total: int, shards: int) -> list[int]:
+    """A memory-tier bound split over shards; never 0 for a shard unless the total is 0 (which
+    turns the tier off)."""
+    if 0 < total < shards:
+        return [1] * shards
+    return _split(total, shards)
+
+
 def _shard_name(number: int) -> str:
     return "%03d" % number
 
@@ -208,6 +217,8 @@ class FanoutCache(AsyncDataMixin):
         checked = sql.validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.
         total = checked.pop("size_limit", None)
+        # The memory tier's bounds are totals for this object too, split like size_limit.
+        memory_limits = {name: checked.pop(name, default) for name, default in sql.MEMORY_DEFAULTS.items()}
         if directory is None:
             directory = tempfile.mkdtemp(prefix="diskcache_core-")
         try:
@@ -226,10 +237,12 @@ class FanoutCache(AsyncDataMixin):
         self._disk_type = disk
         default_total = sql.DEFAULT_SETTINGS["size_limit"] if total is None else total
         shares = _split(default_total, shards)
+        memory_shares = {name: _memory_shares(value, shards) for name, value in memory_limits.items()}
         cache_list = []
         for number in range(shards):
             path = op.join(directory, _shard_name(number))
             shard_settings = dict(checked)
+            shard_settings.update((name, shares[number]) for name, shares in memory_shares.items())
             if total is not None or not op.exists(op.join(path, sql.DBNAME)):
                 shard_settings["size_limit"] = shares[number]
             cache_list.append(_Shard(path, timeout=timeout, disk=disk, **shard_settings))
@@ -542,6 +555,37 @@ class FanoutCache(AsyncDataMixin):
         """Bytes on disk, summed over shards."""
         return sum(shard.volume() for shard in self._shards)
 
+    @property
+    def memory_size_limit(self) -> int:
+        """Bytes the shards' memory tiers may hold in this process, in total (0: off)."""
+        return sum(shard.memory_size_limit for shard in self._shards)
+
+    @memory_size_limit.setter
+    def memory_size_limit(self, value: int) -> None:
+        self._split_memory_limit("memory_size_limit", value)
+
+    @property
+    def memory_item_limit(self) -> int:
+        """Items the shards' memory tiers may hold in this process, in total (0: off)."""
+        return sum(shard.memory_item_limit for shard in self._shards)
+
+    @memory_item_limit.setter
+    def memory_item_limit(self, value: int) -> None:
+        self._split_memory_limit("memory_item_limit", value)
+
+    def _split_memory_limit(self, name: str, value: int) -> None:
+        shares = _memory_shares(sql.validate_settings({name: value})[name], self._count)
+        for shard, share in zip(self._shards, shares):
+            setattr(shard, name, share)
+
+    def memory_stats(self, reset: bool = False) -> MemoryStats:
+        """The shards' memory tiers in this process, summed (see ``Cache.memory_stats``)."""
+        totals = [0] * len(MemoryStats._fields)
+        for shard in self._shards:
+            for position, number in enumerate(shard.memory_stats(reset)):
+                totals[position] += number
+        return MemoryStats(*totals)
+
     def reset(self, key: str, value: Any = ENOVAL) -> Any:
         """Read or change a setting on every shard; ``size_limit`` is split across them."""
         if value is ENOVAL:
@@ -642,11 +686,12 @@ class FanoutCache(AsyncDataMixin):
         self.close()
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self._directory, self._count, self._timeout, self._disk_type)
+        memory = {name: getattr(self, name) for name in sql.MEMORY_DEFAULTS}
+        return (self._directory, self._count, self._timeout, self._disk_type, memory)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        directory, shards, timeout, disk = state
-        self.__init__(directory, shards, timeout, disk)  # type: ignore[misc]
+        directory, shards, timeout, disk, memory = state
+        self.__init__(directory, shards, timeout, disk, **memory)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._directory!r}, shards={self._count})"

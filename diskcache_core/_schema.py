@@ -55,9 +55,16 @@ METADATA: dict[str, int] = {"size": 0, "hits": 0, "misses": 0}
 # ignored when one of its caches is opened.
 PEER_ONLY_ROWS = frozenset({"count"})
 
-# Settings passed to the Disk but never stored: a database someone else can write must not be
-# able to widen SafeDisk's allow-list.
-CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types"})
+# The memory tier's bounds (see _memory.py): per Cache object and process, from code only.
+# 0 for either turns the tier off.
+MEMORY_DEFAULTS: dict[str, int] = {
+    "memory_size_limit": 2**22,  # 4 MiB
+    "memory_item_limit": 10_000,
+}
+
+# Settings never stored: the Disk's allow-list (a database someone else can write must not be
+# able to widen SafeDisk's allow-list), and the memory tier's bounds (per process).
+CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", *MEMORY_DEFAULTS})
 
 # Per eviction policy: the index it needs, what a read records, and how to pick victims.
 EVICTION_POLICY: dict[str, dict[str, str | None]] = {
@@ -91,6 +98,11 @@ SELECT_VALUE = (
     "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 )
 SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+# get when the memory tier is on: the expire time goes with the value into memory.
+SELECT_VALUE_EXPIRY = (
+    "SELECT mode, filename, value, expire_time FROM Cache WHERE key = ? AND raw = ? AND "
+    + NOT_EXPIRED
+)
 
 _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
@@ -261,6 +273,24 @@ RELEASE_TRIGGERS = (
     f" WHEN OLD.filename IS NOT NULL BEGIN SELECT {RELEASE_FUNCTION}(OLD.filename); END",
 )
 
+# Per connection (TEMP): every insert, every change to what a get returns (value, expiry) and
+# every delete calls VERSION_FUNCTION with the key, inside the statement and so under the write
+# lock; it bumps the key's bucket in the memory tier's version file (see _memory.py). Not fired:
+# the access-log flush (store_time, access_time, access_count), which changes nothing a get
+# returns. Two rules for code that writes the Cache table: never change a row's key (DELETE and
+# INSERT instead), and never use INSERT OR REPLACE (the rows it deletes fire no DELETE trigger
+# while recursive_triggers is off).
+VERSION_FUNCTION = "diskcache_core_item_changed"
+VERSION_TRIGGERS = (
+    "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_insert AFTER INSERT ON main.Cache"
+    f" BEGIN SELECT {VERSION_FUNCTION}(NEW.key); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_update AFTER UPDATE OF"
+    " expire_time, mode, filename, value ON main.Cache BEGIN"
+    f" SELECT {VERSION_FUNCTION}(NEW.key); END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_delete AFTER DELETE ON main.Cache"
+    f" BEGIN SELECT {VERSION_FUNCTION}(OLD.key); END",
+)
+
 TAG_INDEX_CREATE = "CREATE INDEX IF NOT EXISTS Cache_tag_rowid ON Cache(tag, rowid) WHERE tag IS NOT NULL"
 TAG_INDEX_DROP = "DROP INDEX IF EXISTS Cache_tag_rowid"
 
@@ -326,6 +356,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "disk_compress": _compressor,
     "disk_compress_level": _optional_int,
     "disk_compress_threshold": _int,
+    "memory_size_limit": _int,
+    "memory_item_limit": _int,
 }
 
 
@@ -343,7 +375,7 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
         elif name.startswith("disk_"):
             checked[name] = value  # options of a custom Disk: its constructor checks them
         else:
-            known = ", ".join(sorted(DEFAULT_SETTINGS))
+            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS}))
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
     return checked
 

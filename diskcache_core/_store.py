@@ -4,6 +4,11 @@ The base of Cache (and of its queue and eviction faces). A write runs as one aut
 statement, or inside `transact`; afterwards the value files it released are removed — only
 once it has committed (invariant 2), and never when it rolled back — and the bytes it wrote
 count towards the next size check.
+
+The memory tier's version words: triggers bump a changed key's bucket inside each statement
+(``state.versions``); every place below where a transaction ends — an autocommit statement done,
+a COMMIT, a ROLLBACK — publishes them (`_memory.publish`). A statement with RETURNING commits only
+when its rows have been read, so `_write(..., settle=False)` leaves that to `_settle`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from . import _reaper
 from ._connections import ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
+from ._memory import publish
 
 __all__ = ["MIN_WRITE_CHARGE", "Store"]
 
@@ -33,6 +39,7 @@ class Store:
     _timeout: float
     _unchecked: int  # bytes written since the last size check
     _check_every: int
+    _words: memoryview | None  # the memory tier's version words (None on read-only media)
 
     def _check_size(self) -> None:
         """The write path's periodic size and expiry check (EvictionMixin provides it)."""
@@ -93,6 +100,17 @@ class Store:
             if new_file is not None:
                 state.created.append(new_file)
         elif settle:
+            # Committed: publish the memory-tier versions it bumped, before anything else runs.
+            versions = state.versions
+            if versions:
+                state.versions = {}
+                words = self._words
+                for index, nonce in versions.items():  # _memory.publish, inline
+                    if words[index] == nonce:  # type: ignore[index]
+                        words[index + 1] = nonce  # type: ignore[index]
+                state.written = versions
+            else:
+                state.written = None
             if state.released:
                 self._remove_released(state)
             if charge:  # removals (charge 0) never trigger the size check themselves
@@ -116,21 +134,33 @@ class Store:
                 return state.execute(statement, params)
             except sqlite3.Error as again:
                 exc = again
+        if not state.depth and not state.con.in_transaction:
+            self._publish(state)  # the failed statement ended: it bumped for nothing, harmlessly
         del state.released[mark:]  # the failed statement's changes were rolled back
         if new_file is not None:
             self._remove_file(new_file)
         raise translate_sqlite_error(exc) from exc
 
     def _settle(self, state: ThreadState, charge: int = 0) -> None:
-        """After a statement committed: remove the files it released; count its bytes."""
+        """After a statement committed: publish its versions; remove the files it released;
+        count its bytes."""
         if state.depth:
             return
+        if state.versions:
+            self._publish(state)
         if state.released:
             self._remove_released(state)
         if charge:
             self._unchecked += charge
             if self._unchecked >= self._check_every:
                 self._check_size()
+
+    def _publish(self, state: ThreadState) -> None:
+        """The transaction that bumped ``state.versions`` has ended: publish them."""
+        versions = state.versions
+        if versions:
+            state.versions = {}
+            publish(self._words, versions)  # type: ignore[arg-type]
 
     def _remove_released(self, state: ThreadState) -> None:
         names = list(state.released)
@@ -178,13 +208,15 @@ class Store:
         except sqlite3.Error as exc:
             self._rollback(state)
             raise translate_sqlite_error(exc) from exc
+        self._publish(state)
         state.created.clear()
         if state.released:
             self._remove_released(state)
 
     def _rollback(self, state: ThreadState) -> None:
         if state.con.in_transaction:
-            state.execute("ROLLBACK")
+            state.execute("ROLLBACK")  # if this fails, the buckets stay unpublished: safe
+        self._publish(state)  # nothing changed; the buckets may be filled again
         state.released.clear()  # nothing stopped naming them after all
         created = list(state.created)
         state.created.clear()

@@ -223,10 +223,22 @@ def test_settings_assigned_as_attributes_take_effect_without_being_stored(make_s
     for key in (0, 1, 7, 8, 9):
         assert cache[key] == value
     cache[10] = value
-    assert sorted(cache) == [0, 1, 7, 8, 9, 10]
+    # Over by one value: exactly one victim, the least recently used (2, not 0 as under LRS).
+    assert sorted(cache) == [0, 1, 3, 4, 5, 6, 7, 8, 9, 10]
     with pytest.raises(ValueError, match='eviction_policy'):
         cache.eviction_policy = 'most-recently-used'
     cache.close()
     reopened = type(cache)(cache.directory)
     assert reopened.eviction_policy == 'least-recently-stored'
     assert reopened.size_limit == 2**30
+
+
+def test_culling_stops_once_within_the_limit(make_store):
+    # A small cache (a FanoutCache shard holds size_limit / shards) must not evict the item
+    # just written together with older ones: victims go one at a time while each frees bytes.
+    cache = make_store(size_limit=160 * KIB, cull_limit=10)
+    for key in range(20):
+        cache.set(key, os.urandom(50 * KIB))
+        assert key in cache
+        assert cache.volume() <= 160 * KIB
+    assert len(cache) >= 2

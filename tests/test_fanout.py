@@ -480,3 +480,26 @@ def test_sub_deques_and_indexes(fanout):
     assert list(again.deque('jobs')) == ['c', 'd'] and again.index('users/active')['bob'] == 2
     assert len(again) == 0  # sub-collections are not items of the main cache
     again.close()
+
+
+def test_memory_tier_bounds_are_totals_split_over_shards(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'c'), shards=4, memory_size_limit=2**20, memory_item_limit=1001)
+    assert [s.memory_size_limit for s in cache.shards] == [2**18] * 4
+    assert [s.memory_item_limit for s in cache.shards] == [251, 250, 250, 250]
+    assert cache.memory_size_limit == 2**20 and cache.memory_item_limit == 1001
+    for i in range(200):
+        cache[i] = i
+    for _ in range(3):
+        for i in range(200):
+            assert cache[i] == i
+    stats = cache.memory_stats()
+    assert stats.hits >= 200 and stats.items == sum(s.memory_stats().items for s in cache.shards)
+    assert stats.size_limit == 2**20 and stats.item_limit == 1001
+    cache.memory_size_limit = 0  # off in every shard
+    assert all(s.memory_stats() == (0, 0, 0, 0, 0, 0) for s in cache.shards)
+    clone = pickle.loads(pickle.dumps(cache))
+    assert clone.memory_size_limit == 0 and clone.memory_item_limit == 1001
+    clone.close()
+    cache.close()
+    default = FanoutCache(str(tmp_path / 'd'), shards=8)
+    assert default.memory_size_limit == diskcache_core.Cache(str(tmp_path / 'e')).memory_size_limit

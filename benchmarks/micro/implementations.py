@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 FANOUT_SHARDS = 8
+MEMORY_OFF_FAMILY = "Cache, memory off"
 
 
 class CacheLike(Protocol):
@@ -34,12 +35,17 @@ CacheFactory = Callable[..., CacheLike]
 
 @dataclass(frozen=True)
 class Implementation:
-    """A labelled cache factory; ``ours`` is True for diskcache_core, False for the peer."""
+    """A labelled cache factory; ``ours`` is True for diskcache_core, False for the peer.
+
+    ``peer_family`` names the family whose peer a variant of ours is compared with when its own
+    family has none (the memory-tier-off variant is compared with python-diskcache's Cache).
+    """
 
     label: str
     family: str
     ours: bool
     factory: CacheFactory
+    peer_family: str | None = None
 
 
 def implementations() -> list[Implementation]:
@@ -54,6 +60,14 @@ def implementations() -> list[Implementation]:
     found = [
         Implementation("diskcache_core.Cache", "Cache", True, diskcache_core.Cache),
         Implementation("diskcache.Cache", "Cache", False, diskcache.Cache),
+        # The memory tier off: every get goes to SQLite, as before the tier existed.
+        Implementation(
+            "diskcache_core.Cache(memory off)",
+            MEMORY_OFF_FAMILY,
+            True,
+            functools.partial(diskcache_core.Cache, memory_size_limit=0),
+            peer_family="Cache",
+        ),
     ]
     core_fanout = getattr(diskcache_core, "FanoutCache", None)
     if core_fanout is not None:

@@ -37,6 +37,7 @@ class Measure:
             operation=spec.name,
             implementation=impl.label,
             family=impl.family,
+            peer_family=impl.peer_family or impl.family,
             ours=impl.ours,
             repeat=self.repeat,
         )

@@ -48,6 +48,8 @@ class Summary:
     p99_s: float
     pooled_median_s: float
     repeat_medians_s: tuple[float, ...]
+    #: The family whose peer this is compared with when its own has none (None: its own).
+    peer_family: str | None = None
 
 
 def summarise(raw: Mapping[str, Any]) -> list[Summary]:
@@ -75,6 +77,7 @@ def summarise(raw: Mapping[str, Any]) -> list[Summary]:
             p99_s=percentile(samples, 0.99),
             pooled_median_s=percentile(samples, 0.5),
             repeat_medians_s=tuple(repeat_medians[operation, implementation]),
+            peer_family=labels[operation, implementation].get("peer_family"),
         )
         for (operation, implementation), samples in pooled.items()
     ]
@@ -123,6 +126,8 @@ def compare(summaries: Iterable[Summary]) -> list[Comparison]:
         for operation in OPERATIONS:
             ours = by_key.get((operation.name, family, True))
             peer = by_key.get((operation.name, family, False))
+            if peer is None and ours is not None and ours.peer_family not in (None, family):
+                peer = by_key.get((operation.name, ours.peer_family, False))
             if ours is not None or peer is not None:
                 comparisons.append(Comparison(operation, family, ours, peer))
     return comparisons
