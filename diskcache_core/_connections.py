@@ -38,7 +38,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "released", "created", "depth", "thread", "new_value", "versions",
-        "written",
+        "written", "charge",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -56,6 +56,8 @@ class ThreadState:
         # Memory-tier buckets bumped by the open transaction or statement: version-word index
         # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory.py).
         self.versions: dict[int, int] = {}
+        # Bytes written by the open transaction: counted towards the size check at its commit.
+        self.charge = 0
         # The versions the last autocommit write published (for its write-through), or None.
         self.written: dict[int, int] | None = None
 

@@ -99,6 +99,7 @@ class Store:
         if state.depth:
             if new_file is not None:
                 state.created.append(new_file)
+            state.charge += charge
         elif settle:
             # Committed: publish the memory-tier versions it bumped, before anything else runs.
             versions = state.versions
@@ -212,12 +213,18 @@ class Store:
         state.created.clear()
         if state.released:
             self._remove_released(state)
+        charge, state.charge = state.charge, 0
+        if charge:  # what the transaction wrote counts towards the next size check
+            self._unchecked += charge
+            if self._unchecked >= self._check_every:
+                self._check_size()
 
     def _rollback(self, state: ThreadState) -> None:
         if state.con.in_transaction:
             state.execute("ROLLBACK")  # if this fails, the buckets stay unpublished: safe
         self._publish(state)  # nothing changed; the buckets may be filled again
         state.released.clear()  # nothing stopped naming them after all
+        state.charge = 0
         created = list(state.created)
         state.created.clear()
         for name in created:

@@ -242,3 +242,16 @@ def test_culling_stops_once_within_the_limit(make_store):
         assert key in cache
         assert cache.volume() <= 160 * KIB
     assert len(cache) >= 2
+
+
+def test_writes_inside_transactions_count_towards_the_size_limit(make_store):
+    # Bulk writers (Django's set_many, Flask's set_many) write inside one transaction: the
+    # bytes must still trigger culling when it commits, not only at a later single write.
+    cache = make_store(size_limit=LIMIT)
+    for start in range(0, 100, 10):
+        with cache.transact():
+            for number in range(start, start + 10):
+                cache.set(number, os.urandom(50 * KIB))
+        assert cache.volume() <= _bound(LIMIT) + 10 * 50 * KIB  # at most one batch over
+    assert cache.volume() <= _bound(LIMIT) + 10 * 50 * KIB
+    assert len(cache) < 100 and 99 in cache
