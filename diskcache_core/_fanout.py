@@ -248,7 +248,7 @@ class FanoutCache(AsyncDataMixin):
             cache_list.append(_Shard(path, timeout=timeout, disk=disk, **shard_settings))
         self._shards = tuple(cache_list)
         disk0 = self._shards[0].disk
-        self._inline_str = False  # get/set may place str keys without a call (hot path)
+        self._inline_str = False  # get/set may place str and bytes keys without a call (hot path)
         if layout == _HASH_PEER:
             self._hash = _peer_hash(disk0)
         elif type(disk0).put is Disk.put:
@@ -357,8 +357,11 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` if missing, expired or its shard is busy."""
-        if self._inline_str and type(key) is str:
+        kind = type(key)
+        if kind is str and self._inline_str:
             shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+        elif kind is bytes and self._inline_str:
+            shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
         else:
             shard = self._shards[self._hash(key) % self._count]
         try:
@@ -392,8 +395,11 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy."""
-        if self._inline_str and type(key) is str:
+        kind = type(key)
+        if kind is str and self._inline_str:
             shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+        elif kind is bytes and self._inline_str:
+            shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
         else:
             shard = self._shards[self._hash(key) % self._count]
         try:
