@@ -8,11 +8,22 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-__all__ = ["QUEUE_BOUNDS", "QUEUE_START", "check_side", "check_tag", "expire_at", "key_range", "shape"]
+__all__ = [
+    "QUEUE_BOUNDS", "QUEUE_START", "check_side", "check_tag", "check_timeout", "expire_at", "key_range",
+    "shape",
+]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
 QUEUE_BOUNDS = (0, 999999999999999)
 QUEUE_START = 500000000000000
+
+
+def check_timeout(timeout: Any) -> None:
+    """A cache's write timeout: a non-negative number of seconds."""
+    if type(timeout) not in (int, float):  # not bool, not a numeric string
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
 
 
 def key_range(prefix: str | None) -> tuple[Any, Any]:

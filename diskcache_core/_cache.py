@@ -18,7 +18,6 @@ import numbers
 import os
 import os.path as op
 import sqlite3
-import tempfile
 import time
 import warnings
 from typing import Any, Iterator
@@ -26,17 +25,16 @@ from typing import Any, Iterator
 from . import _reaper
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
-from ._arguments import check_tag, expire_at, shape
+from ._arguments import check_tag, check_timeout, expire_at, shape
 from ._async import AsyncCacheMixin
 from ._check import check_cache
 from ._connections import NO_VALUE, ConnectionPool
-from ._disk import ENOVAL, MODE_RAW, Disk, make_private_dirs
+from ._disk import ENOVAL, MODE_RAW, Disk, open_cache_directory
 from ._errors import DatabaseError, is_busy, translate_sqlite_error
 from ._eviction import EvictionMixin
 from ._memory import (
     ABSENT,
     IMMUTABLE_TYPES,
-    RECENT_MASK,
     MemoryStats,
     MemoryTier,
     open_versions,
@@ -94,23 +92,11 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
-        if type(timeout) not in (int, float) or isinstance(timeout, bool):
-            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-        if timeout < 0:
-            raise ValueError(f"timeout must be >= 0, got {timeout}")
+        check_timeout(timeout)
         checked = sql.validate_settings(settings)
         code_only = {name: checked.pop(name) for name in sql.CODE_ONLY_SETTINGS if name in checked}
 
-        if directory is None:
-            directory = tempfile.mkdtemp(prefix="diskcache_core-")
-        try:
-            directory = op.expandvars(op.expanduser(os.fspath(directory)))
-        except TypeError:
-            raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
-        if not op.isdir(directory):
-            if op.exists(directory):
-                raise NotADirectoryError(f"cache directory {directory!r} is not a directory")
-            make_private_dirs(directory)
+        directory = open_cache_directory(directory)
         self._directory = directory
         self._timeout = timeout
         self._code_only = code_only
@@ -292,10 +278,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
 
     @memory_size_limit.setter
     def memory_size_limit(self, value: int) -> None:
-        checked = sql.validate_settings({"memory_size_limit": value})["memory_size_limit"]
-        self._memory_size_limit = checked
-        self._code_only["memory_size_limit"] = checked
-        self._configure_memory()
+        self._set_memory_limit("memory_size_limit", value)
 
     @property
     def memory_item_limit(self) -> int:
@@ -304,9 +287,12 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
 
     @memory_item_limit.setter
     def memory_item_limit(self, value: int) -> None:
-        checked = sql.validate_settings({"memory_item_limit": value})["memory_item_limit"]
-        self._memory_item_limit = checked
-        self._code_only["memory_item_limit"] = checked
+        self._set_memory_limit("memory_item_limit", value)
+
+    def _set_memory_limit(self, name: str, value: int) -> None:
+        checked = sql.validate_settings({name: value})[name]
+        setattr(self, "_" + name, checked)
+        self._code_only[name] = checked  # kept when the cache is pickled
         self._configure_memory()
 
     def memory_stats(self, reset: bool = False) -> MemoryStats:
@@ -442,22 +428,13 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         else:
             db_key, raw = self._disk.put(key)
         # Admission: a key with an entry (invalid or expired) is refilled; any other is kept only
-        # when it was looked up lately (MemoryTier.seen_lately, inline): a key read once is not
-        # worth the fill.
+        # when it was looked up lately: a key read once is not worth the fill.
         keep = False
         if entry is not None:
             keep, index = True, entry[2]
-        elif map_key is not None:
-            memory.noted += 1
-            if memory.noted > memory.forget_after:
-                memory.forget()
-            slot = hash(map_key) & RECENT_MASK
-            recent = memory.recent
-            if recent[slot]:
-                index = pre_index(db_key)
-                keep = index is not None  # None: a key of a type the tier does not keep
-            else:
-                recent[slot] = 1
+        elif map_key is not None and memory.seen_lately(map_key):
+            index = pre_index(db_key)
+            keep = index is not None  # None: a key of a type the tier does not keep
         if keep:
             words = memory.words
             version = words[index]  # both words are read before the SELECT

@@ -19,6 +19,7 @@ import os.path as op
 import pickle
 import pickletools
 import struct
+import tempfile
 import zlib
 from typing import Any, BinaryIO, Callable, Iterable
 
@@ -65,6 +66,22 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
 _OPEN_RETRIES = 10
+
+
+def open_cache_directory(directory: Any) -> str:
+    """The cache directory `directory` names (a new temporary one for None), created owner-only
+    if missing; TypeError for a non-path, NotADirectoryError for a file."""
+    if directory is None:
+        return tempfile.mkdtemp(prefix="diskcache_core-")
+    try:
+        path = op.expandvars(op.expanduser(os.fspath(directory)))
+    except TypeError:
+        raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
+    if not op.isdir(path):
+        if op.exists(path):
+            raise NotADirectoryError(f"cache directory {path!r} is not a directory")
+        make_private_dirs(path)
+    return path
 
 
 def make_private_dirs(path: str) -> None:

@@ -34,10 +34,10 @@ from collections.abc import Callable
 from typing import Any, Iterator
 
 from . import _schema as sql
-from ._arguments import shape
+from ._arguments import check_timeout, shape
 from ._async import AsyncDataMixin
 from ._cache import Cache
-from ._disk import ENOVAL, Disk, make_private_dirs
+from ._disk import ENOVAL, Disk, open_cache_directory
 from ._errors import Timeout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
@@ -210,25 +210,13 @@ class FanoutCache(AsyncDataMixin):
             raise ValueError(f"shards must be >= 1, got {shards}")
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
-        if type(timeout) not in (int, float) or isinstance(timeout, bool):
-            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-        if timeout < 0:
-            raise ValueError(f"timeout must be >= 0, got {timeout}")
+        check_timeout(timeout)
         checked = sql.validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.
         total = checked.pop("size_limit", None)
         # The memory tier's bounds are totals for this object too, split like size_limit.
         memory_limits = {name: checked.pop(name, default) for name, default in sql.MEMORY_DEFAULTS.items()}
-        if directory is None:
-            directory = tempfile.mkdtemp(prefix="diskcache_core-")
-        try:
-            directory = op.expandvars(op.expanduser(os.fspath(directory)))
-        except TypeError:
-            raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
-        if not op.isdir(directory):
-            if op.exists(directory):
-                raise NotADirectoryError(f"cache directory {directory!r} is not a directory")
-            make_private_dirs(directory)
+        directory = open_cache_directory(directory)
         layout = self._layout(directory, shards)
 
         self._directory = directory
@@ -242,7 +230,7 @@ class FanoutCache(AsyncDataMixin):
         for number in range(shards):
             path = op.join(directory, _shard_name(number))
             shard_settings = dict(checked)
-            shard_settings.update((name, shares[number]) for name, shares in memory_shares.items())
+            shard_settings.update((name, split[number]) for name, split in memory_shares.items())
             if total is not None or not op.exists(op.join(path, sql.DBNAME)):
                 shard_settings["size_limit"] = shares[number]
             cache_list.append(_Shard(path, timeout=timeout, disk=disk, **shard_settings))

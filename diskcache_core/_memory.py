@@ -66,7 +66,6 @@ __all__ = [
     "ABSENT",
     "BUCKETS",
     "IMMUTABLE_TYPES",
-    "RECENT_MASK",
     "VERSION_FILE",
     "MemoryStats",
     "MemoryTier",
@@ -282,8 +281,7 @@ class MemoryTier:
         _tiers.add(self)
 
     def seen_lately(self, map_key: Hashable) -> bool:
-        """Whether `map_key` was looked up here lately (see `__init__`); notes it. (Cache's get
-        has this inline.)"""
+        """Whether `map_key` was looked up here lately (see `__init__`); notes it."""
         self.noted += 1
         if self.noted > self.forget_after:
             self.forget()

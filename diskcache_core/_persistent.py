@@ -239,33 +239,29 @@ class Deque(Sequence[T]):
         self._extend(iterable, "back")
         return self
 
+    def _end(self, remove: bool, side: str) -> T:
+        """The item at one end (removed when `remove`); IndexError when empty."""
+        take = self._cache.pull if remove else self._cache.peek
+        _, value = take(default=(None, _MISSING), side=side, retry=True)
+        if value is _MISSING:
+            raise IndexError(f"{'pop' if remove else 'peek'} from an empty deque")
+        return value  # type: ignore[no-any-return]
+
     def pop(self) -> T:
         """Remove and return the back item; IndexError when empty."""
-        _, value = self._cache.pull(default=(None, _MISSING), side="back", retry=True)
-        if value is _MISSING:
-            raise IndexError("pop from an empty deque")
-        return value  # type: ignore[no-any-return]
+        return self._end(True, "back")
 
     def popleft(self) -> T:
         """Remove and return the front item; IndexError when empty."""
-        _, value = self._cache.pull(default=(None, _MISSING), side="front", retry=True)
-        if value is _MISSING:
-            raise IndexError("pop from an empty deque")
-        return value  # type: ignore[no-any-return]
+        return self._end(True, "front")
 
     def peek(self) -> T:
         """Return the back item without removing it; IndexError when empty."""
-        _, value = self._cache.peek(default=(None, _MISSING), side="back", retry=True)
-        if value is _MISSING:
-            raise IndexError("peek from an empty deque")
-        return value  # type: ignore[no-any-return]
+        return self._end(False, "back")
 
     def peekleft(self) -> T:
         """Return the front item without removing it; IndexError when empty."""
-        _, value = self._cache.peek(default=(None, _MISSING), side="front", retry=True)
-        if value is _MISSING:
-            raise IndexError("peek from an empty deque")
-        return value  # type: ignore[no-any-return]
+        return self._end(False, "front")
 
     # --- indexing ----------------------------------------------------------------------------
 

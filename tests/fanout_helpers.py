@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 
 def hold_shard_lock(shard_directory: str, ready, release, max_hold: float = 60.0) -> None:
@@ -47,14 +46,4 @@ def shard_numbers(keys: list, directory: str) -> None:
 
     cache = diskcache_core.FanoutCache(directory)
     print(json.dumps([cache.shards.index(cache.shard_for(key)) for key in keys]))
-    cache.close()
-
-
-def slow_writer(directory: str, seconds: float) -> None:
-    """Keep one shard busy with a long transaction (used to show other shards stay writable)."""
-    import diskcache_core
-
-    cache = diskcache_core.FanoutCache(directory, timeout=5.0)
-    with cache.shards[0].transact():
-        time.sleep(seconds)
     cache.close()

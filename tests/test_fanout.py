@@ -19,7 +19,7 @@ import time
 import pytest
 
 import diskcache_core
-from diskcache_core import Cache, FanoutCache, JSONDisk
+from diskcache_core import FanoutCache, JSONDisk
 from diskcache_core._fanout import placement_hash
 
 import fanout_helpers
