@@ -5,12 +5,15 @@ beside it. Safe across threads and processes, with no server to run.
 """
 
 from ._cache import Cache
-from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk, SafeDisk
+from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
+from ._safedisk import SafeDisk
 from ._fanout import FanoutCache, FanoutStats
 from ._errors import (
     DatabaseError,
     DiskCacheError,
+    DiskFullError,
     EmptyDirWarning,
+    ReadOnlyCacheWarning,
     Timeout,
     UnknownFileWarning,
     UnsafePickleError,
@@ -33,6 +36,7 @@ __all__ = [
     "Deque",
     "Disk",
     "DiskCacheError",
+    "DiskFullError",
     "ENOVAL",
     "EVICTION_POLICY",
     "EmptyDirWarning",
@@ -44,6 +48,7 @@ __all__ = [
     "Memoized",
     "MemoryStats",
     "RLock",
+    "ReadOnlyCacheWarning",
     "SafeDisk",
     "Timeout",
     "UNKNOWN",

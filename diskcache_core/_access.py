@@ -155,6 +155,7 @@ class AccessLog:
 
 class _Flushable(Protocol):
     _access: AccessLog
+    _pool: Any  # its ConnectionPool
 
     def flush_access_log(self, timeout: float | None = None) -> None: ...
 
@@ -197,6 +198,9 @@ class _Flusher:
             self.wake.clear()
             with self.busy:
                 self.flush_all(_BACKGROUND_LOCK_WAIT)
+                # Holding no connection between rounds, this thread leaves none open to a fork.
+                for cache in list(self.caches):
+                    cache._pool.close_current()
             with self.lock:
                 if not any(cache._access.has_pending() for cache in list(self.caches)):
                     self.thread = None

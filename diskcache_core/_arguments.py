@@ -9,21 +9,67 @@ import numbers
 from typing import Any
 
 __all__ = [
-    "QUEUE_BOUNDS", "QUEUE_START", "check_side", "check_tag", "check_timeout", "expire_at", "key_range",
-    "shape",
+    "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "check_bindable", "check_expire", "check_key",
+    "check_side", "check_tag", "check_text", "check_timeout", "expire_at", "key_range", "shape",
 ]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 QUEUE_BOUNDS = (0, 999999999999999)
 QUEUE_START = 500000000000000
+# sqlite3 hands SQLite the timeout as a C int of milliseconds: a larger one (or inf, or NaN)
+# wraps around to "never wait" instead of waiting longer.
+MAX_TIMEOUT = (2**31 - 1) / 1000
 
 
 def check_timeout(timeout: Any) -> None:
-    """A cache's write timeout: a non-negative number of seconds."""
+    """A cache's write timeout: a number of seconds from 0 to MAX_TIMEOUT (about 24.8 days)."""
     if type(timeout) not in (int, float):  # not bool, not a numeric string
         raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    if timeout < 0:
-        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    if not 0 <= timeout <= MAX_TIMEOUT:  # NaN fails both comparisons
+        raise ValueError(
+            f"timeout must be from 0 to {MAX_TIMEOUT} seconds, got {timeout} (SQLite counts it "
+            "in 32-bit milliseconds: beyond that it would not wait at all)"
+        )
+
+
+def check_text(name: str, text: str) -> None:
+    """`text` must encode as UTF-8, SQLite's text encoding: a str with lone surrogates does not.
+
+    Raises ValueError naming the argument (`name`), instead of the UnicodeEncodeError SQLite's
+    parameter binding would raise after a value file may have been written.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} {text[:50]!r} is not valid UTF-8 text ({exc.reason} at position"
+            f" {exc.start}): SQLite can neither store nor look it up"
+        ) from None
+
+
+def check_bindable(name: str, value: Any) -> None:
+    """`value` (a str or int SQLite is given as it is) must fit SQLite: UTF-8 text, 64-bit int.
+
+    ValueError naming the argument `name`; other types pass (SQLite reports its own errors).
+    """
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            check_text(name, value)
+    elif kind is int and not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{name} {value} is outside SQLite's 64-bit integer range")
+
+
+def check_key(db_key: Any) -> None:
+    """A key as `Disk.put` stores it must be one SQLite can store and find again.
+
+    Not NaN: SQLite stores a NaN as NULL, which no lookup ever matches.
+    """
+    if type(db_key) is float and db_key != db_key:
+        raise ValueError("key must not be NaN: SQLite stores NaN as NULL, which no lookup finds")
+    check_bindable("key", db_key)
 
 
 def key_range(prefix: str | None) -> tuple[Any, Any]:
@@ -31,6 +77,7 @@ def key_range(prefix: str | None) -> tuple[Any, Any]:
         return QUEUE_BOUNDS
     if type(prefix) is not str:
         raise TypeError(f"queue prefix must be a str or None, not {type(prefix).__name__}")
+    check_bindable("queue prefix", prefix)
     return prefix + "-000000000000000", prefix + "-999999999999999"
 
 
@@ -41,16 +88,40 @@ def check_side(side: str, allowed: tuple[str, str]) -> str:
 
 
 def expire_at(now: float, expire: Any) -> float | None:
+    """The expire time of an item stored at `now` that lives `expire` seconds (None: never).
+
+    NaN is refused: SQLite would store it as NULL, an item that never expires.
+    """
     if expire is None:
         return None
     if type(expire) not in (int, float) and not isinstance(expire, numbers.Real):
         raise TypeError(f"expire must be a number of seconds or None, not {type(expire).__name__}")
-    return now + float(expire)
+    try:
+        seconds = float(expire)
+    except OverflowError:
+        raise ValueError(f"expire {expire} is too large for a float number of seconds") from None
+    if seconds != seconds:
+        raise ValueError("expire must not be NaN: SQLite would store it as 'never expires'")
+    return now + seconds
+
+
+def check_expire(expire: Any) -> None:
+    """`expire` as `expire_at` accepts it (None or a number of seconds, not NaN)."""
+    expire_at(0.0, expire)
 
 
 def check_tag(tag: Any) -> None:
-    if tag is not None and type(tag) not in _TAG_TYPES:
-        raise TypeError(f"tag must be str, bytes, int, float or None, not {type(tag).__name__}")
+    """A tag SQLite stores as it is: str (UTF-8), bytes, 64-bit int, float (not NaN) or None."""
+    kind = type(tag)
+    if tag is None or kind is bytes:
+        return
+    if kind not in _TAG_TYPES:
+        raise TypeError(f"tag must be str, bytes, int, float or None, not {kind.__name__}")
+    if kind is float:
+        if tag != tag:
+            raise ValueError("tag must not be NaN: SQLite stores it as NULL, which evict never finds")
+    else:
+        check_bindable("tag", tag)
 
 
 def shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: bool) -> Any:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ._connections import worker_task
+
 __all__ = ["AsyncCacheMixin", "AsyncDataMixin", "run_sync"]
 
 R = TypeVar("R")
@@ -66,8 +68,13 @@ async def run_sync(func: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     The caller's context variables are visible to `func`, as with ``asyncio.to_thread``.
     """
     loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
+    call = functools.partial(contextvars.copy_context().run, _as_worker_task, func, *args, **kwargs)
     return await loop.run_in_executor(_pool(), call)
+
+
+def _as_worker_task(func: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    with worker_task():  # close() elsewhere leaves this thread's connections alone meanwhile
+        return func(*args, **kwargs)
 
 
 def _twin(method: str) -> Callable[..., Coroutine[Any, Any, Any]]:

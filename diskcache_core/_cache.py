@@ -25,12 +25,12 @@ from typing import Any, Iterator
 from . import _reaper
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
-from ._arguments import check_tag, check_timeout, expire_at, shape
+from ._arguments import check_bindable, check_key, check_tag, check_timeout, expire_at, shape
 from ._async import AsyncCacheMixin
 from ._check import check_cache
 from ._connections import NO_VALUE, ConnectionPool
 from ._disk import ENOVAL, MODE_RAW, Disk, open_cache_directory
-from ._errors import DatabaseError, is_busy, translate_sqlite_error
+from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
 from ._eviction import EvictionMixin
 from ._memory import (
     ABSENT,
@@ -42,6 +42,7 @@ from ._memory import (
 )
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
+from ._ownership import PRIVATE, create_database_file, ownership_of
 from ._queue import QueueMixin
 from ._store import MIN_WRITE_CHARGE
 
@@ -105,6 +106,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         self._memory_item_limit = memory_limits["memory_item_limit"]
         self._memory: MemoryTier | None = None
         self._words: memoryview | None = None
+        self._ownership = PRIVATE  # modes and owner of the files created here (see _ownership)
         self._pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, self._configure)
         self._pool.read_only = not os.access(directory, os.W_OK)
         self._local = self._pool.local
@@ -121,16 +123,27 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
     # --- opening -----------------------------------------------------------------------------
 
     def _open_database(self, checked: dict[str, Any], disk: type[Disk]) -> None:
-        con = self._pool.connect(timeout=max(self._timeout, _SETUP_TIMEOUT))
-        if self._pool.read_only:
+        pool = self._pool
+        no_wal_index = False
+        try:
+            if not pool.read_only:
+                create_database_file(pool.path, os.stat(self._directory))
+            con = pool.connect(timeout=max(self._timeout, _SETUP_TIMEOUT))
+        except OSError as exc:
+            raise storage_error(exc, f"the cache database {pool.path!r}") from exc
+        except sqlite3.Error as exc:
+            raise translate_sqlite_error(exc, pool.path) from exc
+        if pool.read_only:
             try:
                 con.execute("SELECT 1 FROM sqlite_master").fetchall()
             except sqlite3.OperationalError:
-                # Read-only media: SQLite cannot create the WAL index (-shm) there, and nothing
-                # can change the file, so open it as immutable.
+                # No WAL index (-shm) exists, and none can be made here: no writer has the
+                # database open, so its file is the whole truth now. Settings are read from it
+                # as immutable; see _connections.ReadOnlyReader for later reads.
                 con.close()
-                self._pool.immutable = True
-                con = self._pool.connect()
+                no_wal_index = pool.immutable = True
+                con = pool.connect()
+                pool.immutable = False
         try:
             stored = self._read_settings(con)
             wanted = dict(sql.DEFAULT_SETTINGS)
@@ -163,16 +176,19 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
                         f"cache directory {self._directory!r} is read-only: cannot"
                         + (f" change settings {changed}" if stored else " create a cache")
                     )
-                self._pool.words = open_versions(self._directory, True, self._pool.immutable)
+                if no_wal_index:
+                    pool.warn_unindexed()
+                pool.words = None  # other processes may write: the memory tier stays off
                 return
             if not stored:
                 self._set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"])
             self._set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"])
             self._retry_setup(lambda: sql.create_or_migrate(con, stored, wanted))
             # Only once the directory is known to hold a cache database.
-            self._pool.words = open_versions(self._directory, False, False)
+            self._ownership = self._disk.ownership = ownership_of(pool.path)
+            pool.words = open_versions(self._directory, False, False, self._ownership)
         except sqlite3.Error as exc:
-            raise translate_sqlite_error(exc) from exc
+            raise translate_sqlite_error(exc, pool.path) from exc
         finally:
             con.close()
 
@@ -188,6 +204,9 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         try:
             return self._retry_setup(read)
         except sqlite3.DatabaseError as exc:
+            translated = translate_sqlite_error(exc, self._pool.path)
+            if isinstance(translated, DiskFullError):
+                raise translated from exc
             raise DatabaseError(
                 f"{op.join(self._directory, sql.DBNAME)!r} is not a usable cache database: {exc}"
             ) from exc
@@ -399,7 +418,12 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         except sqlite3.Error as exc:
             rows = self._retry_read(exc, sql.SELECT_VALUE, (db_key, raw, now))
             row = rows[0] if rows else None
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
+            check_key(db_key)
+            raise
         if row is None:
+            if type(db_key) is float:
+                check_key(db_key)  # NaN: a key no write accepts
             if self._track_reads and self._access.record(db_key, raw, False, now):
                 schedule_flush(self)
             return default
@@ -451,7 +475,12 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         except sqlite3.Error as exc:
             rows = self._retry_read(exc, sql.SELECT_VALUE_EXPIRY, params)
             row = rows[0] if rows else None
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
+            check_key(db_key)
+            raise
         if row is None:
+            if type(db_key) is float:
+                check_key(db_key)  # NaN: a key no write accepts
             if keep:
                 memory.store(map_key, None, ABSENT, index, version, None, db_key, raw)
             elif entry is not None:
@@ -488,6 +517,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
     ) -> Any:
         """get's general path: the expire_time/tag flags, and retries after a file race."""
         db_key, raw = self._disk.put(key)
+        check_key(db_key)
         for _ in range(_FILE_RACE_RETRIES):
             now = _now()
             rows = self._read(sql.SELECT_ITEM, (db_key, raw, now))
@@ -531,7 +561,14 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
                     memory.hits += 1
                     return entry[1] is not ABSENT
         db_key, raw = self._disk.put(key)
-        return bool(self._read(sql.SELECT_EXISTS, (db_key, raw, _now())))
+        try:
+            found = self._read(sql.SELECT_EXISTS, (db_key, raw, _now()))
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
+            check_key(db_key)
+            raise
+        if not found and type(db_key) is float:
+            check_key(db_key)  # NaN: a key no write accepts
+        return bool(found)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -552,13 +589,24 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """
         params, charge = self._prepare(key, value, expire, read, tag)
         memory = self._memory
-        if memory is None:
-            self._write(sql.UPSERT, params, retry, params[7], charge)
-        else:
-            self._write_through(memory, sql.UPSERT, params, value, retry, charge)
+        try:
+            if memory is None:
+                self._write(sql.UPSERT, params, retry, params[7], charge)
+            else:
+                self._write_through(memory, sql.UPSERT, params, value, retry, charge)
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
+            self._refuse_value(params)
+            raise
         if self._track_writes and self._access.stored(params[0], params[1], params[2]):
             schedule_flush(self)
         return True
+
+    def _refuse_value(self, params: tuple[Any, ...]) -> None:
+        """SQLite could not bind a set/add's parameters (key and tag were checked before): drop
+        a value file written for it, and raise ValueError naming the value if it is at fault."""
+        if params[7] is not None:
+            self._forget_new_file(params[7])
+        check_bindable("value", params[8])  # a str value with lone surrogates
 
     def _write_through(
         self, memory: MemoryTier, statement: str, params: tuple[Any, ...], value: Any, retry: bool,
@@ -610,6 +658,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """
         now = _now()
         db_key, raw = self._disk.put(key)
+        if type(db_key) is not str or not db_key.isascii():  # ASCII text: fine, and the usual key
+            check_key(db_key)  # before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             check_tag(tag)
@@ -635,10 +685,14 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         params, charge = self._prepare(key, value, expire, read, tag)
         filename = params[7]
         memory = self._memory
-        if memory is None:
-            cursor = self._write(sql.ADD, params, retry, filename, charge)
-        else:
-            cursor = self._write_through(memory, sql.ADD, params, value, retry, charge)
+        try:
+            if memory is None:
+                cursor = self._write(sql.ADD, params, retry, filename, charge)
+            else:
+                cursor = self._write_through(memory, sql.ADD, params, value, retry, charge)
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
+            self._refuse_value(params)
+            raise
         if cursor.rowcount == 1:
             if self._track_writes and self._access.stored(params[0], params[1], params[2]):
                 schedule_flush(self)
@@ -658,6 +712,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """Set a new expiry for `key`; True when the item was present."""
         now = _now()
         db_key, raw = self._disk.put(key)
+        if type(db_key) is not str or not db_key.isascii():
+            check_key(db_key)
         expires = None if expire is None else expire_at(now, expire)
         return self._write(sql.TOUCH, (expires, db_key, raw, now), retry).rowcount == 1
 
@@ -676,7 +732,14 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             and not isinstance(default, numbers.Number)
         ):
             raise TypeError(f"incr default must be a number or None, not {type(default).__name__}")
+        # NaN would make the count NaN for good (and SQLite stores a NaN number as NULL).
+        if kind is float and delta != delta:
+            raise ValueError("incr delta must not be NaN")
+        if type(default) is float and default != default:
+            raise ValueError("incr default must not be NaN")
         db_key, raw = self._disk.put(key)
+        if type(db_key) is not str or not db_key.isascii():
+            check_key(db_key)
         if self._native_numbers and (
             kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)
         ):
@@ -687,7 +750,10 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
                 statement, params = sql.INCR_NATIVE, (delta, now, db_key, raw)
             else:
                 start = default + delta
-                if not (type(start) is float or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)):
+                if not (
+                    (type(start) is float and start == start)  # inf + -inf is NaN: pickled
+                    or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)
+                ):
                     return self._incr_slow(key, db_key, raw, delta, default, retry)
                 statement = sql.INCR_UPSERT
                 params = (delta, now, db_key, raw, start)
@@ -732,6 +798,8 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
         if type(delta) is not int and not isinstance(delta, numbers.Number):
             raise TypeError(f"decr delta must be a number, not {type(delta).__name__}")
+        if type(delta) is float and delta != delta:
+            raise ValueError("decr delta must not be NaN")
         return self.incr(key, -delta, default, retry)  # type: ignore[operator]
 
     def pop(
@@ -742,33 +810,44 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         tag: bool = False,
         retry: bool = False,
     ) -> Any:
-        """Remove `key` and return its value, or `default` when missing; atomic."""
+        """Remove `key` and return its value, or `default` when missing; atomic.
+
+        The value is read first and the row then deleted only if it is still the one read, so
+        a value the Disk refuses (SafeDisk's UnsafePickleError) stays, and no lock is held
+        while it is read. An expired item is removed and `default` returned.
+        """
         db_key, raw = self._disk.put(key)
-        now = _now()
-        cursor = self._write(sql.POP_ITEM, (db_key, raw), retry, settle=False)
-        rows = cursor.fetchall()
-        state = self._state()
-        if rows and self._access.column is not None:
+        if type(db_key) is not str or not db_key.isascii():
+            check_key(db_key)
+        while True:
+            now = _now()
+            rows = self._read(sql.SELECT_FOR_POP, (db_key, raw))
+            if not rows:
+                return shape(default, None, None, expire_time, tag)
+            rowid, db_expire, db_tag, mode, filename, db_value = rows[0]
+            value = ENOVAL
+            if db_expire is None or db_expire > now:
+                try:
+                    value = self._disk.fetch(mode, filename, db_value, False)
+                except FileNotFoundError:
+                    pass  # a missing value file: the item goes, as a miss
+            unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
+            if self._write(sql.DELETE_UNCHANGED, unchanged, retry).rowcount:
+                break
+            # Another writer changed or removed the item after we read it: read it again.
+        if self._access.column is not None:
             self._access.forget(db_key, raw)
-        if rows and self._memory is not None:
+        if self._memory is not None:
             self._memory.discard(self._memory.map_key(db_key, raw))
-        try:
-            if rows:
-                db_expire, db_tag, mode, filename, db_value = rows[0]
-                if db_expire is None or db_expire > now:
-                    try:
-                        value = self._disk.fetch(mode, filename, db_value, False)
-                    except FileNotFoundError:
-                        pass
-                    else:
-                        return shape(value, db_expire, db_tag, expire_time, tag)
+        if value is ENOVAL:
             return shape(default, None, None, expire_time, tag)
-        finally:
-            self._settle(state)
+        return shape(value, db_expire, db_tag, expire_time, tag)
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
         db_key, raw = self._disk.put(key)
+        if type(db_key) is not str or not db_key.isascii():
+            check_key(db_key)
         deleted = self._write(sql.DELETE_ITEM, (db_key, raw, _now()), retry).rowcount == 1
         if deleted:
             if self._access.column is not None:
@@ -926,14 +1005,20 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
     # --- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write batched bookkeeping, wait for released files to be removed, then close this
-        thread's connection (reopened on next use)."""
+        """Write batched bookkeeping, wait for released files to be removed, then close the
+        connections this Cache opened that no thread is using: this thread's, those of threads
+        that have finished, and the library's own idle worker threads'. Each reopens on next use.
+
+        Another live thread's connection is closed by that thread's own close() (closing it under
+        a statement it may be running is not safe). The last close of a database in any process
+        removes its WAL (``-wal``) and ``-shm``.
+        """
         try:
             self.flush_access_log()
         except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
             pass
         _reaper.drain()
-        self._pool.close_current()
+        self._pool.close_all()
 
     def __enter__(self) -> "Cache":
         return self

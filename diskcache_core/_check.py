@@ -1,26 +1,37 @@
 """Cache.check: do the database and the value files agree? Optionally repair.
 
 Reports (as warnings, returned in a list) a failed SQLite integrity check, rows naming a
-missing, wrong-sized or escaping value file, files and directories no row accounts for, and a
-stored size that differs from the sum of the rows. With `fix` it repairs each.
+missing, wrong-sized or unsafe value file, files, symbolic links and directories no row accounts
+for, and a stored size that differs from the sum of the rows. With `fix` it repairs each.
+
+What a repair may touch: a row whose name is not a value file's (the database, its journals, the
+version or layout file, ``..``, an absolute path, a path through a link; see
+``_valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
+removed themselves, never followed, and never their targets. The database files and the layout
+file are never removed, and a subdirectory holding its own ``cache.db`` (another cache, such as a
+FanoutCache shard) is not swept.
 """
 
 from __future__ import annotations
 
 import os
 import os.path as op
+import stat
 import warnings
 from typing import TYPE_CHECKING
 
+from . import _valuefiles
 from . import _reaper
 from . import _schema as sql
 from ._errors import EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
-from ._memory import VERSION_FILE
 
 if TYPE_CHECKING:
     from ._cache import Cache
+    from ._connections import ThreadState
 
 __all__ = ["check_cache"]
+
+_FILE_ATTRIBUTE_DIRECTORY = 0x10  # Windows: a link to a directory is removed with rmdir
 
 
 def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
@@ -29,6 +40,8 @@ def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[
     Run it when no other process is writing value files: a file written but not yet
     committed by another writer would look unknown and, with `fix`, be removed.
     """
+    from ._fanout import LAYOUT_FILE  # here: _fanout imports _cache, which imports this module
+
     _reaper.drain()  # files released by committed writes are not "unknown"
     with warnings.catch_warnings(record=True) as found:
         warnings.simplefilter("always")
@@ -40,41 +53,33 @@ def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[
             cache._write("VACUUM", (), retry)
         real_directory = op.realpath(cache._directory)
         with cache._transaction(retry) as state:
-            named = set()
+            named: set[str] = set()
             for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
                 try:
                     full_path = cache._disk._checked_path(filename)
                 except UnsafeValueFileError as exc:
                     warnings.warn(str(exc), stacklevel=2)
                     if fix:
-                        state.execute(sql.DELETE_ROWID, (rowid,))
+                        _drop_row(state, rowid, keep_file=True)
                     continue
-                named.add(full_path)
-                if not op.exists(full_path):
+                try:
+                    status = os.lstat(full_path)
+                except OSError:
                     warnings.warn(f"file not found: {full_path}", stacklevel=2)
                     if fix:
-                        state.execute(sql.DELETE_ROWID, (rowid,))
-                elif op.getsize(full_path) != size:
-                    warnings.warn(f"wrong file size: {full_path}, {op.getsize(full_path)} != {size}", stacklevel=2)
-                    if fix:  # a file of the wrong size is damaged: drop the item
-                        state.execute(sql.DELETE_ROWID, (rowid,))
-            database_files = {
-                op.join(real_directory, sql.DBNAME + suffix) for suffix in ("", "-wal", "-shm", "-journal")
-            }
-            database_files.add(op.join(real_directory, VERSION_FILE))  # the memory tier's
-            for dirpath, _, files in os.walk(real_directory):
-                for name in files:
-                    full_path = op.join(dirpath, name)
-                    if full_path in named or full_path in database_files:
-                        continue
-                    warnings.warn(f"unknown file: {full_path}", UnknownFileWarning, stacklevel=2)
+                        _drop_row(state, rowid, keep_file=False)
+                    continue
+                if not stat.S_ISREG(status.st_mode):
+                    warnings.warn(f"not a regular file: {full_path}", stacklevel=2)
                     if fix:
-                        os.remove(full_path)
-            for dirpath, _, _ in os.walk(real_directory, topdown=False):
-                if dirpath != real_directory and not os.listdir(dirpath):
-                    warnings.warn(f"empty directory: {dirpath}", EmptyDirWarning, stacklevel=2)
-                    if fix:
-                        os.rmdir(dirpath)
+                        _drop_row(state, rowid, keep_file=True)
+                    continue
+                named.add(full_path)
+                if status.st_size != size:
+                    warnings.warn(f"wrong file size: {full_path}, {status.st_size} != {size}", stacklevel=2)
+                    if fix:  # a file of the wrong size is damaged: drop the item (and the file)
+                        _drop_row(state, rowid, keep_file=False)
+            _Sweep(named, LAYOUT_FILE, fix).run(real_directory)
             ((stored_size,),) = state.execute("SELECT value FROM Settings WHERE key = 'size'")
             ((actual_size,),) = state.execute("SELECT COALESCE(SUM(size), 0) FROM Cache")
             if stored_size != actual_size:
@@ -82,3 +87,131 @@ def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[
                 if fix:
                     state.execute("UPDATE Settings SET value = ? WHERE key = 'size'", (actual_size,))
     return found
+
+
+def _drop_row(state: "ThreadState", rowid: int, keep_file: bool) -> None:
+    """Delete row `rowid`; with `keep_file`, take back the removal its trigger queued, so a file
+    the row should never have named is not touched."""
+    mark = len(state.released)
+    state.execute(sql.DELETE_ROWID, (rowid,))
+    if keep_file:
+        del state.released[mark:]
+
+
+class _Sweep:
+    """The walk for files, links and directories no row accounts for.
+
+    Levels are opened relative to their parent without following links (dir_fd, like the
+    value-file paths), so a link swapped in during the walk is not entered either; without
+    dir_fd (Windows) the walk goes by path and lstat.
+    """
+
+    def __init__(self, named: set[str], layout_file: str, fix: bool) -> None:
+        self.named = named
+        self.layout_file = layout_file
+        self.fix = fix
+        self.use_fd = _valuefiles.USE_DIR_FD and os.listdir in os.supports_fd
+
+    def run(self, directory: str) -> None:
+        """Sweep the cache directory `directory` (itself possibly reached through a link)."""
+        if not self.use_fd:
+            self._level(None, directory, True)
+            return
+        fd = os.open(directory, _valuefiles.ROOT_FLAGS)
+        try:
+            self._level(fd, directory, True)
+        finally:
+            os.close(fd)
+
+    def _protected(self, name: str) -> bool:
+        # cache.db and its -wal, -shm, -journal and -versions files; the FanoutCache layout file.
+        return name.startswith(sql.DBNAME) or name == self.layout_file
+
+    def _level(self, fd: int | None, path: str, top: bool) -> bool:
+        """Sweep one directory; True when it is (now) empty."""
+        names = sorted(os.listdir(path if fd is None else fd))
+        if not top and sql.DBNAME in names:
+            return False  # another cache's directory: not ours to sweep
+        left = len(names)
+        for name in names:
+            full_path = op.join(path, name)
+            try:
+                if fd is None:
+                    status = os.lstat(full_path)
+                else:
+                    status = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                left -= 1
+                continue
+            if _valuefiles.is_link(status):
+                target = self._target(fd, full_path, name)
+                warnings.warn(
+                    f"symbolic link in the cache directory: {full_path} -> {target} (links are"
+                    " never followed; check(fix=True) removes the link, not its target)",
+                    UnknownFileWarning,
+                    stacklevel=4,
+                )
+                if self.fix:
+                    self._remove_link(fd, full_path, name, status)
+                    left -= 1
+            elif stat.S_ISDIR(status.st_mode):
+                if self._directory(fd, full_path, name):
+                    left -= 1
+            elif full_path in self.named or self._protected(name):
+                continue
+            else:
+                warnings.warn(f"unknown file: {full_path}", UnknownFileWarning, stacklevel=4)
+                if self.fix:
+                    if fd is None:
+                        os.unlink(full_path)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+                    left -= 1
+        return left == 0
+
+    def _directory(self, fd: int | None, full_path: str, name: str) -> bool:
+        """Sweep subdirectory `name`; report it when empty; True when `fix` removed it."""
+        if fd is None:
+            empty = self._level(None, full_path, False)
+        else:
+            try:
+                child = os.open(name, _valuefiles.DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                return False  # gone or swapped for a link since the listing: the next check sees it
+            try:
+                empty = self._level(child, full_path, False)
+            finally:
+                os.close(child)
+        if not empty:
+            return False
+        warnings.warn(f"empty directory: {full_path}", EmptyDirWarning, stacklevel=5)
+        if not self.fix:
+            return False
+        try:
+            if fd is None:
+                os.rmdir(full_path)
+            else:
+                os.rmdir(name, dir_fd=fd)
+        except OSError:
+            return False  # filled again meanwhile
+        return True
+
+    @staticmethod
+    def _target(fd: int | None, full_path: str, name: str) -> str:
+        try:
+            return os.readlink(full_path) if fd is None else os.readlink(name, dir_fd=fd)
+        except OSError:
+            return "?"
+
+    @staticmethod
+    def _remove_link(fd: int | None, full_path: str, name: str, status: os.stat_result) -> None:
+        """Remove the link `name` itself (unlink never follows one), not its target."""
+        try:
+            if fd is not None:
+                os.unlink(name, dir_fd=fd)
+            elif getattr(status, "st_file_attributes", 0) & _FILE_ATTRIBUTE_DIRECTORY:
+                os.rmdir(full_path)  # Windows: a directory link or junction, not its contents
+            else:
+                os.unlink(full_path)
+        except FileNotFoundError:
+            pass

@@ -9,12 +9,15 @@ fresh ones on first use.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import warnings
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ._errors import ReadOnlyCacheWarning, translate_sqlite_error
 from ._memory import change_recorder
 from ._schema import (
     NEW_VALUE_FUNCTION,
@@ -25,8 +28,11 @@ from ._schema import (
 )
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
+# Bytes of WAL kept after a checkpoint: a bulk write may grow it far beyond, but not for good.
+WAL_SIZE_LIMIT = 2**23
+_UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
-__all__ = ["ConnectionPool", "NO_VALUE", "ThreadState"]
+__all__ = ["ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "worker_task"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -38,7 +44,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "released", "created", "depth", "thread", "new_value", "versions",
-        "written", "charge",
+        "written", "charge", "reader",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -60,6 +66,13 @@ class ThreadState:
         self.charge = 0
         # The versions the last autocommit write published (for its write-through), or None.
         self.written: dict[int, int] | None = None
+        # Runs the statements instead of `con` where this process may only read the database.
+        self.reader: ReadOnlyReader | None = None
+
+    def close(self) -> None:
+        self.con.close()
+        if self.reader is not None:
+            self.reader.close()
 
     def capture(self, value: Any) -> Any:
         """SQL function body: remember `value` and pass it through."""
@@ -78,7 +91,7 @@ class ConnectionPool:
         self._states: list[ThreadState] = []
         self._lock = threading.Lock()
         self.read_only = False
-        self.immutable = False  # read-only media without a WAL index: see Cache._open_database
+        self.immutable = False  # opening: the database cannot be read through a WAL index
         # The memory tier's version words (see _memory.open_versions); None while none is open.
         self.words: memoryview | None = None
         _live_pools.add(self)
@@ -99,25 +112,56 @@ class ConnectionPool:
             return self.local.state
         except AttributeError:
             pass
-        con = self.connect()
-        self._configure(con)
-        state = ThreadState(con, threading.current_thread())
-        con.create_function(RELEASE_FUNCTION, 1, state.released.append)
-        con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
-        for statement in RELEASE_TRIGGERS:
-            con.execute(statement)
-        if not self.read_only:
-            if self.words is None:
-                raise RuntimeError("the version file must be open before the first write connection")
-            con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
-            for statement in VERSION_TRIGGERS:
-                con.execute(statement)
+        try:
+            state = self._open_state()
+        except sqlite3.Error as exc:
+            raise translate_sqlite_error(exc, self.path) from exc
         with self._lock:
             self._close_dead_threads()
             self._states.append(state)
         self.local.state = state
         self.local.execute = state.execute
         return state
+
+    def _open_state(self) -> ThreadState:
+        if self.read_only:
+            state = ThreadState(sqlite3.connect(":memory:", check_same_thread=False),
+                                threading.current_thread())  # stands in: never written
+            state.reader = ReadOnlyReader(self)
+            state.execute = state.reader.execute
+            return state
+        con = self.connect()
+        try:
+            self._configure(con)
+            con.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}").fetchall()
+            state = ThreadState(con, threading.current_thread())
+            con.create_function(RELEASE_FUNCTION, 1, state.released.append)
+            con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
+            for statement in RELEASE_TRIGGERS:
+                con.execute(statement)
+            if self.words is None:
+                raise RuntimeError("the version file must be open before the first write connection")
+            con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
+            for statement in VERSION_TRIGGERS:
+                con.execute(statement)
+        except BaseException:
+            con.close()
+            raise
+        return state
+
+    def configure(self, con: sqlite3.Connection) -> None:
+        """Apply the per-connection settings to `con`."""
+        self._configure(con)
+
+    def warn_unindexed(self) -> None:
+        """Say once that this read-only database has no WAL index that reads could use."""
+        warnings.warn(
+            f"{self.path!r} may only be read here and no writer has it open (no -shm): each read"
+            " opens it afresh until a writer does (slow, never stale). Give this user write"
+            " permission on the cache directory to read at full speed.",
+            ReadOnlyCacheWarning,
+            stacklevel=4,
+        )
 
     def _close_dead_threads(self) -> None:
         # Threads come and go (a web server's workers): close what finished threads left open.
@@ -126,8 +170,44 @@ class ConnectionPool:
             if state.thread.is_alive():
                 alive.append(state)
             else:
-                state.con.close()
+                state.close()
         self._states = alive
+
+    def close_all(self) -> None:
+        """Close every connection of this pool that no thread can be using: the calling
+        thread's, those of finished threads, and those of the library's idle worker threads
+        (see `worker_task`). Each reopens on its thread's next use.
+
+        Another live thread's connection is left open: closing it while that thread may be
+        inside a statement, or inside a transaction, is not safe. It is closed by that thread's
+        own close(), or once the thread has finished.
+        """
+        current = threading.current_thread()
+        with _worker_lock, self._lock:
+            keep = []
+            for state in self._states:
+                thread = state.thread
+                if thread is current or not thread.is_alive():
+                    state.close()
+                elif thread in _workers and thread not in _busy_workers:
+                    state.close()
+                    _closed_for.setdefault(thread, []).append(self)
+                else:
+                    keep.append(state)
+            self._states = keep
+        for name in ("state", "execute"):
+            try:
+                delattr(self.local, name)
+            except AttributeError:
+                pass
+
+    def _forget_closed_state(self) -> None:
+        """In a worker thread whose connection `close_all` closed: open a new one on next use."""
+        for name in ("state", "execute"):
+            try:
+                delattr(self.local, name)
+            except AttributeError:
+                pass
 
     def close_current(self) -> None:
         """Close the calling thread's connection; the next call opens a new one."""
@@ -139,11 +219,42 @@ class ConnectionPool:
         with self._lock:
             if state in self._states:
                 self._states.remove(state)
-        state.con.close()
+        state.close()
+
+    def _close_idle_before_fork(self) -> None:
+        """In the parent, just before ``fork()``: close the connections that no thread can be
+        using — the forking thread's (unless inside a transaction) and those of finished threads.
+
+        A connection open at the fork leaves SQLite's per-process state of the database (which
+        locks it holds, its mapping of the WAL index) in the child, where new connections share
+        it: the child then takes no locks of its own, and when the parent closes, SQLite removes
+        the WAL and its index under the child, whose later reads are stale and whose writes are
+        lost. What is closed here is reopened on next use, in parent and child alike.
+        """
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is opening or closing a connection: leave them all
+        try:
+            current = threading.current_thread()
+            keep = []
+            for state in self._states:
+                idle = not state.thread.is_alive() or (
+                    state.thread is current and not state.depth and not state.con.in_transaction
+                )
+                if idle:
+                    state.close()
+                else:
+                    keep.append(state)
+            self._states = keep
+            mine = getattr(self.local, "state", None)
+            if mine is not None and mine not in keep:
+                del self.local.state
+                del self.local.execute
+        finally:
+            self._lock.release()
 
     def _forget_inherited(self) -> None:
         """In a forked child: park the parent's connections and start afresh."""
-        _INHERITED.extend(state.con for state in self._states)
+        _INHERITED.extend(self._states)
         self._states = []
         self._lock = threading.Lock()
         # Only the forking thread lives on in the child; `local` stays the same object (caches
@@ -155,10 +266,159 @@ class ConnectionPool:
                 pass
 
 
+class ReadOnlyReader:
+    """Reads, for one thread, a database this process may not write (another user's cache, a
+    read-only mount of a cache that is written elsewhere), never from a frozen snapshot.
+
+    SQLite lets such a reader use the writers' WAL index (``-shm``) read-only; but when the last
+    writer closes, the index is removed, and a later writer makes a new one that a connection
+    opened before never sees. So each statement first checks that the index file is still the
+    one its connection opened (one ``stat``), and reconnects when it is not. With no index at all
+    (no writer has the database open), the file is the whole truth: it is read as immutable, on a
+    connection of its own, and read again if the file changed meanwhile.
+    """
+
+    __slots__ = ("_pool", "_shm", "_con", "_opened_with", "_pin")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._shm = pool.path + "-shm"
+        self._con: sqlite3.Connection | None = None
+        self._opened_with: tuple[int, int] | None = None  # the index file `_con` was opened with
+        # A descriptor of that file, held so that its inode number cannot name a new file.
+        self._pin = -1
+
+    def execute(self, statement: str, params: Any = ()) -> Any:
+        con = self._con
+        if con is not None and _identity(self._shm) == self._opened_with:
+            return con.execute(statement, params)
+        self.close()
+        pin = _open_if_exists(self._shm)
+        if pin != -1:
+            con = self._pool.connect()
+            try:
+                self._pool.configure(con)
+                cursor = con.execute(statement, params)
+            except sqlite3.OperationalError as exc:
+                con.close()
+                os.close(pin)
+                if not _cannot_open_wal_index(exc):
+                    raise
+            except BaseException:
+                con.close()
+                os.close(pin)
+                raise
+            else:
+                info = os.fstat(pin)
+                self._con, self._opened_with, self._pin = con, (info.st_dev, info.st_ino), pin
+                return cursor
+        return self._read_unindexed(statement, params)
+
+    def _read_unindexed(self, statement: str, params: Any) -> FetchedRows:
+        path = self._pool.path
+        for _ in range(_UNINDEXED_READ_TRIES):
+            before = _identity(path, with_time=True)
+            con = sqlite3.connect("file:" + path + "?mode=ro&immutable=1", uri=True,
+                                  isolation_level=None, check_same_thread=False)
+            try:
+                rows = con.execute(statement, params).fetchall()
+            finally:
+                con.close()
+            if before == _identity(path, with_time=True) and _identity(self._shm) is None:
+                return FetchedRows(rows)
+            if _identity(self._shm) is not None:  # a writer started meanwhile: use its index
+                return FetchedRows(self.execute(statement, params).fetchall())
+        raise sqlite3.OperationalError("the database kept changing during a read-only read")
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        if self._pin != -1:
+            os.close(self._pin)
+            self._pin = -1
+
+
+class FetchedRows:
+    """The rows of a statement already run, with the cursor methods that readers use."""
+
+    __slots__ = ("_rows",)
+    rowcount = -1
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+def _cannot_open_wal_index(exc: sqlite3.Error) -> bool:
+    """Whether a read-only connection failed for want of a WAL index it could open or make
+    (SQLITE_CANTOPEN, or SQLITE_READONLY_DIRECTORY/_CANTINIT and the like)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # Python 3.10
+        return "unable to open" in str(exc) or "readonly" in str(exc)
+    return (code & 0xFF) in (8, 14)  # SQLITE_READONLY, SQLITE_CANTOPEN
+
+
+def _open_if_exists(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return -1
+
+
+def _identity(path: str, with_time: bool = False) -> Any:
+    """Which file `path` names now (None: none); `with_time` adds its size and change time."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if with_time:
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return (info.st_dev, info.st_ino)
+
+
+# The library's own worker threads (the awaitable twins' pool) mark each task they run, so that
+# close() in another thread knows when their connections are idle and may be closed.
+_worker_lock = threading.Lock()
+_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_busy_workers: set[threading.Thread] = set()
+_closed_for: dict[threading.Thread, list[ConnectionPool]] = {}  # pools to reopen, per worker
+
+
+@contextlib.contextmanager
+def worker_task() -> Iterator[None]:
+    """Wrap one task of a library worker thread: its connections are in use until it ends."""
+    thread = threading.current_thread()
+    with _worker_lock:
+        _workers.add(thread)
+        _busy_workers.add(thread)
+        closed = _closed_for.pop(thread, ())
+    for pool in closed:
+        pool._forget_closed_state()
+    try:
+        yield
+    finally:
+        with _worker_lock:
+            _busy_workers.discard(thread)
+
+
+def _before_fork() -> None:
+    for pool in list(_live_pools):
+        pool._close_idle_before_fork()
+
+
 def _after_fork_in_child() -> None:
     for pool in list(_live_pools):
         pool._forget_inherited()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -18,12 +18,26 @@ import os
 import os.path as op
 import pickle
 import pickletools
+import stat
 import struct
 import tempfile
 import zlib
-from typing import Any, BinaryIO, Callable, Iterable
+from typing import Any, Callable, Iterable
 
-from ._errors import DiskCacheError, UnsafePickleError, UnsafeValueFileError
+from ._arguments import check_text
+from ._errors import DiskCacheError, DiskFullError, UnsafeValueFileError
+from ._ownership import PRIVATE, Ownership
+from ._valuefiles import (
+    FULL_DISK_ERRNOS,
+    OPEN_RETRIES,
+    READ_FLAGS,
+    VALUE_SUFFIX,
+    WRITE_FLAGS,
+    ValueDir,
+    is_link,
+    split_value_name,
+    write_chunks,
+)
 
 __all__ = [
     "Constant",
@@ -36,7 +50,6 @@ __all__ = [
     "MODE_PICKLE",
     "MODE_RAW",
     "MODE_TEXT",
-    "SafeDisk",
     "UNKNOWN",
 ]
 
@@ -65,7 +78,6 @@ _CODEC_SHIFT = 4
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
-_OPEN_RETRIES = 10
 
 
 def open_cache_directory(directory: Any) -> str:
@@ -105,9 +117,6 @@ def make_private_dirs(path: str) -> None:
                 raise
             continue  # another process made it first
         os.chmod(level, 0o700)
-
-
-# --- compression ---------------------------------------------------------------------------
 
 
 class _Codec:
@@ -193,6 +202,10 @@ class Disk:
     `compress_threshold` bytes are compressed when that makes them smaller.
     """
 
+    #: Modes and owner of the value files and directories it makes: set by the Cache from its
+    #: database file (see _ownership); owner-only by default.
+    ownership: Ownership = PRIVATE
+
     def __init__(
         self,
         directory: str,
@@ -273,8 +286,19 @@ class Disk:
                 return 0, MODE_RAW, None, value
             if kind is bytes:
                 return self._store_serialized(value, MODE_BINARY, key, value)
-            return self._store_serialized(value.encode("utf-8"), MODE_TEXT, key, value)
-        if kind is float or (kind is int and _INT64_MIN <= value <= _INT64_MAX):
+            try:
+                data = value.encode("utf-8")
+            except UnicodeEncodeError:
+                check_text("value", value)  # ValueError naming the value (lone surrogates)
+                raise
+            return self._store_serialized(data, MODE_TEXT, key, value)
+        if kind is float:
+            if value == value:
+                return 0, MODE_RAW, None, value
+            # NaN: SQLite would store NULL (None for every other process); pickled, it reads
+            # back as NaN everywhere.
+            return self._store_serialized(self._dumps(value), MODE_PICKLE, key, value)
+        if kind is int and _INT64_MIN <= value <= _INT64_MAX:
             return 0, MODE_RAW, None, value
         if read:
             read_chunk = getattr(value, "read", None)
@@ -316,7 +340,7 @@ class Disk:
         codec_id = mode >> _CODEC_SHIFT
         if filename is not None:
             if read and base == MODE_BINARY and not codec_id:
-                return open(self._checked_path(filename), "rb")
+                return open(self._open_value_file(filename), "rb")
             data = self._read_file(filename)
         else:
             data = value
@@ -335,78 +359,138 @@ class Disk:
     def filename(self, key: Any = UNKNOWN, value: Any = UNKNOWN) -> tuple[str, str]:
         """A new random value-file name (two fan-out directory levels) and its full path."""
         hex_name = os.urandom(16).hex()
-        filename = op.join(hex_name[:2], hex_name[2:4], hex_name[4:] + ".val")
+        filename = op.join(hex_name[:2], hex_name[2:4], hex_name[4:] + VALUE_SUFFIX)
         return filename, op.join(self._directory, filename)
 
     def remove(self, file_path: str) -> None:
         """Remove value file `file_path` (relative) and prune its emptied directories.
 
         Safe across threads and processes: a file or directory already gone is not an error.
-        A path outside the cache directory raises UnsafeValueFileError and removes nothing.
+        Anything but a value-file name (see `split_value_name`) or a path through a symbolic
+        link raises UnsafeValueFileError and removes nothing.
         """
-        full_path = self._checked_path(file_path)
-        try:
-            os.remove(full_path)
-        except FileNotFoundError:
-            pass
-        parent = op.dirname(full_path)
-        for _ in range(2):  # the two fan-out levels, never the cache directory itself
-            if parent == self._real_directory:
-                break
+        parts = split_value_name(file_path)
+        with ValueDir(self._directory, parts, file_path) as levels:
             try:
-                os.rmdir(parent)
-            except OSError:
-                break
-            parent = op.dirname(parent)
+                levels.open(create=False)
+            except FileNotFoundError:
+                return  # gone, directories and all
+            try:
+                levels.unlink(parts[-1])
+            except FileNotFoundError:
+                pass
+            levels.prune()
 
     def _checked_path(self, filename: str) -> str:
-        """Full path of `filename`, refusing any that resolves outside the cache directory."""
-        full_path = op.realpath(op.join(self._real_directory, filename))
-        if not full_path.startswith(self._real_directory + os.sep):
-            raise UnsafeValueFileError(
-                f"refusing value file {filename!r}: it resolves outside the cache directory"
-            )
-        return full_path
+        """Full path (in the resolved cache directory) of value file `filename`.
+
+        UnsafeValueFileError for anything but a value-file name, or when a level on the way or
+        the file itself is a symbolic link (each is lstat-checked; `_open_value_file` opens
+        one without that check-then-use race). A missing level is left to the caller's open.
+        """
+        parts = split_value_name(filename)
+        path = self._real_directory
+        for depth, name in enumerate(parts):
+            path = op.join(path, name)
+            try:
+                status = os.lstat(path)
+            except OSError:
+                return op.join(self._real_directory, *parts)
+            if is_link(status):
+                raise UnsafeValueFileError(
+                    f"refusing value file {filename!r}: {op.join(*parts[: depth + 1])!r} in the"
+                    " cache directory is a symbolic link; links below the cache directory are"
+                    " never followed (check(fix=True) removes them)"
+                )
+        return path
+
+    def _open_value_file(self, filename: str) -> int:
+        """A read-only descriptor of value file `filename`, opened level by level without
+        following a link. UnsafeValueFileError for a bad name, a link, or not a regular file;
+        FileNotFoundError when it is gone."""
+        parts = split_value_name(filename)
+        with ValueDir(self._directory, parts, filename) as levels:
+            levels.open(create=False)
+            fd = levels.open_file(parts[-1], READ_FLAGS)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafeValueFileError(f"refusing value file {filename!r}: not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _read_file(self, filename: str) -> bytes:
-        with open(self._checked_path(filename), "rb") as reader:
-            return reader.read()
+        """The bytes of value file `filename` (never read through a link, see `_open_value_file`)."""
+        with open(self._open_value_file(filename), "rb", buffering=0) as reader:
+            return reader.readall()
 
     def _write(self, full_path: str, chunks: Iterable[bytes]) -> int:
-        """Write `chunks` to `full_path` atomically: a temporary name, then a rename."""
-        temp_path = full_path + ".tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-        for attempt in range(_OPEN_RETRIES):
-            try:
-                fd = os.open(temp_path, flags, 0o600)
-                break
-            except FileNotFoundError:
-                # The fan-out directory is missing, or a remover (another thread or process)
-                # pruned it just now — possibly between our two mkdirs. Make it and try again.
-                if attempt == _OPEN_RETRIES - 1:
-                    raise
-                try:
-                    make_private_dirs(op.dirname(temp_path))
-                except FileNotFoundError:
-                    pass
-        size = 0
+        """Write `chunks` to value file `full_path` atomically (a temporary name, then a rename)
+        and return the size.
+
+        Every level below the cache directory is opened without following a link (made 0700 if
+        missing), so nothing is ever written outside it: a link raises UnsafeValueFileError. On
+        failure the temporary file goes, and so do the fan-out directories left empty (a full
+        disk must not leave hundreds behind); a full disk raises DiskFullError, an OSError.
+        """
+        parts = self._relative_parts(full_path)
+        temp_name = parts[-1] + ".tmp"
+        ownership = self.ownership
+        levels = ValueDir(self._directory, parts, full_path, ownership)
+        fd = -1
         try:
-            with open(fd, "wb", closefd=True) as writer:
-                for chunk in chunks:
-                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
-                        raise TypeError(
-                            f"read=True needs a binary file object; read() gave {type(chunk).__name__}"
-                        )
-                    writer.write(chunk)
-                    size += len(chunk)
-            os.rename(temp_path, full_path)
-        except BaseException:
+            for attempt in range(OPEN_RETRIES):
+                try:
+                    levels.open(create=True)
+                    fd = levels.open_file(temp_name, WRITE_FLAGS)
+                    if not ownership.is_private:
+                        ownership.apply(fd)  # the database file's modes and owner
+                    break
+                except FileNotFoundError:
+                    # A remover pruned a level after we opened it (maybe between our mkdirs):
+                    # open, and make, them all again.
+                    if attempt == OPEN_RETRIES - 1:
+                        raise
+                    levels.close()
             try:
-                os.remove(temp_path)
-            except OSError:
-                pass
+                size = write_chunks(fd, chunks)
+            finally:
+                os.close(fd)
+            levels.rename(temp_name, parts[-1])
+            return size
+        except BaseException as exc:
+            if fd != -1:
+                try:
+                    levels.unlink(temp_name)
+                except OSError:
+                    pass
+            levels.prune()
+            if isinstance(exc, OSError) and not isinstance(exc, DiskFullError):
+                reason = FULL_DISK_ERRNOS.get(exc.errno or 0)
+                if reason is not None:
+                    raise DiskFullError(
+                        exc.errno, f"{reason} while writing value file {full_path!r} ({exc.strerror})"
+                    ) from exc
             raise
-        return size
+        finally:
+            levels.close()
+
+    def _relative_parts(self, full_path: str) -> list[str]:
+        """The checked components of `full_path` below the cache directory, as `filename` made it."""
+        directory = self._directory
+        if type(directory) is str:  # the common case, without op.join's cost on the set path
+            prefix = directory if directory.endswith(os.sep) else directory + os.sep
+            if full_path.startswith(prefix):
+                return split_value_name(full_path[len(prefix) :])
+        for base in (directory, self._real_directory):
+            prefix = op.join(base, "")
+            if full_path.startswith(prefix):
+                return split_value_name(full_path[len(prefix) :])
+        raise UnsafeValueFileError(
+            f"refusing to write value file {full_path!r}: not inside the cache directory"
+            f" {self._directory!r}"
+        )
 
     # -- pickling --
 
@@ -475,67 +559,3 @@ class JSONDisk(Disk):
         return self._unpack(data)
 
 
-# --- SafeDisk ------------------------------------------------------------------------------
-
-_SAFE_GLOBALS = frozenset(
-    {
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("builtins", "complex"),
-        ("builtins", "bytearray"),
-        ("builtins", "slice"),
-        ("builtins", "range"),
-        ("_codecs", "encode"),  # how protocols 0-2 spell bytes
-        ("copyreg", "_reconstructor"),  # protocols 0-1 objects; the classes are still checked
-        ("datetime", "date"),
-        ("datetime", "time"),
-        ("datetime", "datetime"),
-        ("datetime", "timedelta"),
-        ("datetime", "timezone"),
-        ("decimal", "Decimal"),
-        ("uuid", "UUID"),
-        ("uuid", "SafeUUID"),
-    }
-)
-_SAFE_BUILTIN_TYPES = frozenset({"object", "int", "float", "str", "bytes", "tuple", "list", "dict", "bool"})
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, file: BinaryIO, allowed: frozenset[tuple[str, str]]) -> None:
-        super().__init__(file)
-        self._allowed = allowed
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._allowed or (
-            module == "builtins" and name in _SAFE_BUILTIN_TYPES
-        ):
-            return super().find_class(module, name)
-        raise UnsafePickleError(
-            f"refusing to unpickle {module}.{name}: not on SafeDisk's allow-list"
-            " (name the type in disk_allowed_types to allow it)"
-        )
-
-
-class SafeDisk(Disk):
-    """A Disk whose unpickling admits only an allow-list of types.
-
-    Builtin scalars and containers, the datetime types, Decimal and UUID, plus the classes named
-    in `allowed_types`, are loaded; any other global in a pickle raises UnsafePickleError. Use it
-    when someone else can write to the cache directory: a planted pickle cannot run code.
-
-    The allow-list comes from code only (``Cache(..., disk=SafeDisk,
-    disk_allowed_types=[MyType])``); it is never read from the cache database.
-    """
-
-    def __init__(self, directory: str, allowed_types: Iterable[type] = (), **kwargs: Any) -> None:
-        super().__init__(directory, **kwargs)
-        allowed = set(_SAFE_GLOBALS)
-        for allowed_type in allowed_types:
-            if not isinstance(allowed_type, type):
-                raise TypeError(f"allowed_types must hold classes, not {allowed_type!r}")
-            allowed.add((allowed_type.__module__, allowed_type.__qualname__))
-        self._allowed = frozenset(allowed)
-        self.allowed_types = tuple(allowed_types)
-
-    def _loads(self, data: bytes) -> Any:
-        return _RestrictedUnpickler(io.BytesIO(data), self._allowed).load()

@@ -3,12 +3,14 @@
     Exception
      └── DiskCacheError                  anything the library raises on its own account
           ├── Timeout                    a write could not take the database lock in time
-          ├── DatabaseError              SQLite failed for another reason (disk full, I/O, corrupt)
+          ├── DatabaseError              SQLite failed for another reason (I/O, corrupt, ...)
+          │    └── DiskFullError          no space left on the device (also an OSError, ENOSPC)
           ├── UnsafeValueFileError       a value-file name that escapes the cache directory
           └── UnsafePickleError          SafeDisk refused to unpickle a type (also UnpicklingError)
 
     UserWarning
      ├── UnknownFileWarning              Cache.check: a file no row names
+     ├── ReadOnlyCacheWarning            a read-only cache read by reopening it per statement
      └── EmptyDirWarning                 Cache.check: an empty value directory
 
 SQLite's exceptions are translated to these in exactly one place (`translate_sqlite_error`).
@@ -16,18 +18,23 @@ SQLite's exceptions are translated to these in exactly one place (`translate_sql
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
 import sqlite3
 
 __all__ = [
     "DatabaseError",
     "DiskCacheError",
+    "DiskFullError",
     "EmptyDirWarning",
+    "ReadOnlyCacheWarning",
     "Timeout",
     "UnknownFileWarning",
     "UnsafePickleError",
     "UnsafeValueFileError",
     "is_busy",
+    "storage_error",
     "translate_sqlite_error",
 ]
 
@@ -48,6 +55,14 @@ class DatabaseError(DiskCacheError):
     """SQLite failed for a reason other than lock contention (full disk, I/O error, ...)."""
 
 
+class DiskFullError(DatabaseError, OSError):
+    """The device holding the cache directory has no space left: nothing was stored.
+
+    Also an ``OSError`` with ``errno`` ENOSPC, so code that handles a full disk by errno keeps
+    working. Reads go on working; writes succeed again once space is freed.
+    """
+
+
 class UnsafeValueFileError(DiskCacheError):
     """A row names a value file outside the cache directory; it is neither read nor removed."""
 
@@ -58,6 +73,11 @@ class UnsafePickleError(DiskCacheError, pickle.UnpicklingError):
 
 class UnknownFileWarning(UserWarning):
     """Cache.check found a file in the cache directory that no row names."""
+
+
+class ReadOnlyCacheWarning(UserWarning):
+    """A cache this process may only read, with no WAL index (``-shm``) it can use: each read
+    opens the database afresh (slow, but never a frozen snapshot)."""
 
 
 class EmptyDirWarning(UserWarning):
@@ -75,8 +95,43 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def translate_sqlite_error(exc: sqlite3.Error) -> DiskCacheError:
-    """Map a SQLite exception to the library's own: contention is a Timeout, the rest DatabaseError."""
+_SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
+_NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_LOW_SPACE = 64 * 1024  # bytes: below this, an I/O failure is taken for a full disk
+
+
+def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskCacheError:
+    """Map a SQLite exception to the library's own: contention is a Timeout, a full disk a
+    DiskFullError, the rest DatabaseError.
+
+    `path` is the database file: SQLite reports a full disk as SQLITE_FULL when a write finds no
+    space, but as a bare "disk I/O error" when it cannot grow its WAL index (``-shm``); for those
+    the free space of `path`'s device tells.
+    """
     if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
         return Timeout(str(exc))
+    code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    if code == _SQLITE_FULL or "disk is full" in str(exc) or (
+        code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and _disk_full(path)
+    ):
+        where = f" for {path!r}" if path else ""
+        return DiskFullError(errno.ENOSPC, f"no space left on the device{where} (SQLite: {exc})")
     return DatabaseError(f"SQLite: {exc}")
+
+
+def storage_error(exc: OSError, what: str) -> DiskCacheError:
+    """Map an OSError met while creating or writing `what` (words naming the file) to the
+    library's own: a full disk is a DiskFullError, the rest DatabaseError."""
+    if exc.errno in _NO_SPACE:
+        return DiskFullError(exc.errno, f"no space left on the device for {what}: {exc.strerror}")
+    return DatabaseError(f"cannot use {what}: {exc}")
+
+
+def _disk_full(path: str | None) -> bool:
+    if not path or not hasattr(os, "statvfs"):
+        return False
+    try:
+        info = os.statvfs(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    return info.f_bavail * info.f_frsize < _LOW_SPACE

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, Iterator
 
 from . import _schema as sql
-from ._arguments import check_timeout, shape
+from ._arguments import check_text, check_timeout, shape
 from ._async import AsyncDataMixin
 from ._cache import Cache
 from ._disk import ENOVAL, Disk, open_cache_directory
@@ -44,9 +44,12 @@ from ._memo import memoize as _memoize
 from ._memory import MemoryStats
 from ._persistent import Deque, Index
 
-__all__ = ["FanoutCache", "FanoutStats", "placement_hash"]
+__all__ = ["MAX_SHARDS", "FanoutCache", "FanoutStats", "placement_hash"]
 
 LAYOUT_FILE = "fanout.json"
+# Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
+# is a database, its WAL and version files: a few file descriptors per thread that uses it.
+MAX_SHARDS = 1000
 _HASH_CRC = "crc32-fibonacci-v1"
 _HASH_PEER = "python-diskcache-adler32"
 _U32 = 0xFFFFFFFF
@@ -87,7 +90,11 @@ def placement_hash(db_key: Any) -> int:
     """
     kind = type(db_key)
     if kind is str:
-        crc = _crc32(db_key.encode("utf-8"))
+        try:
+            crc = _crc32(db_key.encode("utf-8"))
+        except UnicodeEncodeError:
+            check_text("key", db_key)  # ValueError naming the key
+            raise
     elif kind is bytes:
         crc = _crc32(db_key, 1)
     else:
@@ -106,7 +113,11 @@ def _plain_key_hash(disk: Disk) -> Callable[[Any], int]:
     def key_hash(key: Any) -> int:
         kind = type(key)
         if kind is str:
-            return ((_crc32(key.encode("utf-8")) * _GOLDEN) & _U64) >> 32
+            try:
+                return ((_crc32(key.encode("utf-8")) * _GOLDEN) & _U64) >> 32
+            except UnicodeEncodeError:
+                check_text("key", key)  # ValueError naming the key
+                raise
         if kind is bytes:
             return ((_crc32(key, 1) * _GOLDEN) & _U64) >> 32
         return placement_hash(disk.put(key)[0])
@@ -123,7 +134,11 @@ def _peer_hash(disk: Disk) -> Callable[[Any], int]:
         if kind is bytes:
             return zlib.adler32(db_key) & _U32
         if kind is str:
-            return zlib.adler32(db_key.encode("utf-8")) & _U32
+            try:
+                return zlib.adler32(db_key.encode("utf-8")) & _U32
+            except UnicodeEncodeError:
+                check_text("key", db_key)  # ValueError naming the key
+                raise
         if kind is int:
             return db_key % _U32
         return zlib.adler32(struct.pack("!d", db_key)) & _U32
@@ -199,15 +214,15 @@ class FanoutCache(AsyncDataMixin):
     ) -> None:
         """Open (creating if needed) a sharded cache in `directory`.
 
-        :param shards: number of Cache databases keys are spread over
+        :param shards: number of Cache databases keys are spread over, 1 to `MAX_SHARDS` (1000)
         :param timeout: seconds a write waits for its shard's lock before giving up
         :param disk: Disk subclass for serialization
         :param settings: any of DEFAULT_SETTINGS; ``size_limit`` is the total, split evenly
         """
         if type(shards) is not int:
             raise TypeError(f"shards must be an int, not {type(shards).__name__}")
-        if shards < 1:
-            raise ValueError(f"shards must be >= 1, got {shards}")
+        if not 1 <= shards <= MAX_SHARDS:  # checked before any directory is made
+            raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
         check_timeout(timeout)
@@ -346,12 +361,16 @@ class FanoutCache(AsyncDataMixin):
     ) -> Any:
         """Return the value for `key`, or `default` if missing, expired or its shard is busy."""
         kind = type(key)
-        if kind is str and self._inline_str:
-            shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
-        elif kind is bytes and self._inline_str:
-            shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
-        else:
-            shard = self._shards[self._hash(key) % self._count]
+        try:
+            if kind is str and self._inline_str:
+                shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+            elif kind is bytes and self._inline_str:
+                shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
+            else:
+                shard = self._shards[self._hash(key) % self._count]
+        except UnicodeEncodeError:
+            check_text("key", key)  # a str key with lone surrogates: ValueError naming it
+            raise
         try:
             return shard.get(key, default, read, expire_time, tag, retry)
         except Timeout:
@@ -384,12 +403,16 @@ class FanoutCache(AsyncDataMixin):
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy."""
         kind = type(key)
-        if kind is str and self._inline_str:
-            shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
-        elif kind is bytes and self._inline_str:
-            shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
-        else:
-            shard = self._shards[self._hash(key) % self._count]
+        try:
+            if kind is str and self._inline_str:
+                shard = self._shards[(((_crc32(key.encode()) * _GOLDEN) & _U64) >> 32) % self._count]
+            elif kind is bytes and self._inline_str:
+                shard = self._shards[(((_crc32(key, 1) * _GOLDEN) & _U64) >> 32) % self._count]
+            else:
+                shard = self._shards[self._hash(key) % self._count]
+        except UnicodeEncodeError:
+            check_text("key", key)  # a str key with lone surrogates: ValueError naming it
+            raise
         try:
             return shard.set(key, value, expire, read, tag, retry)
         except Timeout:

@@ -44,6 +44,7 @@ from typing import (
     overload,
 )
 
+from ._arguments import check_expire, check_tag
 from ._async import run_sync
 from ._disk import ENOVAL
 from ._errors import Timeout
@@ -226,6 +227,13 @@ def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: 
         raise TypeError("should_cache must be a callable taking the result")
 
 
+def _check_storage(expire: Any, tag: Any) -> None:
+    """`expire` and `tag` as the cache's ``set`` takes them: refused when decorating, not at the
+    first store, after the function already ran."""
+    check_expire(expire)
+    check_tag(tag)
+
+
 # --- procedures --------------------------------------------------------------------------------
 #
 # A procedure yields requests and receives their results: a callable is cache I/O (its return
@@ -262,6 +270,17 @@ def _compute_and_store(memo: _Memo, key: str, timed: bool) -> Steps:
     if memo.worth_storing(result):
         value = (result, time.perf_counter() - start) if timed else result
         yield functools.partial(memo.cache.set, key, value, expire=memo.expire, tag=memo.tag, retry=True)
+    return result
+
+
+def _refresh(memo: _Memo, key: str, marker: str) -> Steps:
+    """A background refresh: compute and store, then remove the key's refresh marker."""
+    try:
+        result = yield from _compute_and_store(memo, key, timed=True)
+    except Exception:
+        yield functools.partial(memo.cache.delete, marker, retry=True)
+        raise
+    yield functools.partial(memo.cache.delete, marker, retry=True)
     return result
 
 
@@ -333,10 +352,11 @@ def _stampede_steps(
     if pair is not ENOVAL:
         result, compute_time = pair
         if expire_time is not None and _recompute_early(compute_time, beta, expire_time):
-            # One refresher per key: the marker lives as long as a computation takes.
+            # One refresher per key: the marker stays until the refresh ends (at most
+            # `lock_expire`, should the refresher die), however long the computation takes.
             marker = key + _REFRESH_SUFFIX
-            if (yield functools.partial(memo.cache.add, marker, None, expire=compute_time, retry=True)):
-                yield _Detach(_compute_and_store(memo, key, timed=True))
+            if (yield functools.partial(memo.cache.add, marker, None, expire=lock_expire, retry=True)):
+                yield _Detach(_refresh(memo, key, marker))
         return result
     if single_flight:
         return (yield from _single_flight(memo, key, True, lock_expire, wait_timeout))
@@ -458,6 +478,7 @@ def memoize(
     callable')``.
     """
     _check_options(name, typed, ignore, key, should_cache)
+    _check_storage(expire, tag)
 
     def decorator(func: Callable[P, R]) -> Memoized[P, R]:
         memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache)
@@ -488,7 +509,8 @@ def memoize_stampede(
     compute_time)``; as expiry nears, a hit decides at random — more likely the closer expiry and
     the slower the function, scaled by `beta` — to recompute the result in the background
     (a thread, or a task for ``async def``) while returning the current one. One refresh runs
-    per key at a time.
+    per key at a time: a marker item (the key plus ``#refresh``) is held until it ends, or for
+    at most `lock_expire` seconds should its process die.
 
     Single flight (``single_flight=True``): on a miss, exactly one caller among all threads and
     processes computes; it holds a `Lock` on the key, which expires after `lock_expire`
@@ -501,11 +523,12 @@ def memoize_stampede(
     Other parameters as for `memoize`; `expire` is required (seconds, None for no expiry).
     """
     _check_options(name, typed, ignore, key, should_cache)
-    if beta < 0:
+    _check_storage(expire, tag)
+    if not beta >= 0:  # NaN too
         raise ValueError(f"beta must be >= 0, not {beta!r}")
-    if lock_expire <= 0:
+    if not lock_expire > 0:
         raise ValueError(f"lock_expire must be > 0 seconds, not {lock_expire!r}")
-    if wait_timeout is not None and wait_timeout < 0:
+    if wait_timeout is not None and not wait_timeout >= 0:
         raise ValueError(f"wait_timeout must be >= 0 seconds or None, not {wait_timeout!r}")
     procedure = functools.partial(
         _stampede_steps, beta=beta, single_flight=single_flight, lock_expire=lock_expire,

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from . import _schema as sql
-from ._arguments import QUEUE_START, check_side, check_tag, expire_at, key_range, shape
+from ._arguments import QUEUE_START, check_bindable, check_side, check_tag, expire_at, key_range, shape
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["QueueMixin"]
@@ -51,7 +51,11 @@ class QueueMixin(Store):
                 number = last if prefix is None else int(last[last.rfind("-") + 1:])
                 number += 1 if side == "back" else -1
             db_key = number if prefix is None else f"{prefix}-{number:015d}"
-            state.execute(sql.INSERT, (db_key, True, now, expires, tag, size, mode, filename, db_value))
+            try:
+                state.execute(sql.INSERT, (db_key, True, now, expires, tag, size, mode, filename, db_value))
+            except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
+                check_bindable("value", db_value)  # (the rollback removes any value file)
+                raise
         self._settle(self._state(), max(size, MIN_WRITE_CHARGE))
         return db_key
 
@@ -64,26 +68,29 @@ class QueueMixin(Store):
         tag: bool = False,
         retry: bool = False,
     ) -> Any:
-        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty.
+
+        The value is read first and the row then deleted only if it is still that end's item,
+        unchanged: a value the Disk refuses (SafeDisk's UnsafePickleError) stays queued.
+        """
         check_side(side, ("front", "back"))
         low, high = key_range(prefix)
-        while True:  # each pass removes a row, so this ends when the queue does
+        delete_unchanged_end = sql.QUEUE_DELETE_UNCHANGED_END[side]
+        while True:  # each pass removes a row or sees another writer's change
             now = _now()
-            rows = self._write(sql.QUEUE_PULL[side], (low, high), retry, settle=False).fetchall()
-            state = self._state()
-            try:
-                if not rows:
-                    return shape(default, None, None, expire_time, tag)
-                db_key, db_expire, db_tag, mode, filename, db_value = rows[0]
-                if db_expire is not None and db_expire < now:
-                    continue
+            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
+            if not rows:
+                return shape(default, None, None, expire_time, tag)
+            rowid, db_key, _, db_expire, db_tag, mode, filename, db_value = rows[0]
+            live = db_expire is None or db_expire >= now
+            if live:
                 try:
                     value = self._disk.fetch(mode, filename, db_value, False)
                 except FileNotFoundError:
-                    continue
+                    live = False  # a missing value file: the item goes, as if expired
+            params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
+            if self._write(delete_unchanged_end, params, retry).rowcount and live:
                 return shape((db_key, value), db_expire, db_tag, expire_time, tag)
-            finally:
-                self._settle(state)
 
     def peek(
         self,

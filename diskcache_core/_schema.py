@@ -127,10 +127,13 @@ INSERT = _INSERT
 # Only a live item is deleted (expired ones are left to expire/cull, as in python-diskcache);
 # rowcount says which. No RETURNING: it costs ~2 us (SQLite buffers the rows).
 DELETE_ITEM = "DELETE FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
-POP_ITEM = (
-    "DELETE FROM Cache WHERE key = ? AND raw = ?"
-    " RETURNING expire_time, tag, mode, filename, value"
+# pop and pull read the item, fetch its value (which a Disk may refuse), then delete the row only
+# if it is still the one read: nothing is removed when the value cannot be returned.
+SELECT_FOR_POP = "SELECT rowid, expire_time, tag, mode, filename, value FROM Cache WHERE key = ? AND raw = ?"
+_UNCHANGED = (
+    " AND expire_time IS ? AND tag IS ? AND mode = ? AND filename IS ? AND value IS ?"
 )
+DELETE_UNCHANGED = "DELETE FROM Cache WHERE rowid = ? AND key = ? AND raw = ?" + _UNCHANGED
 TOUCH = "UPDATE Cache SET expire_time = ? WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 
 # incr in one statement when the stored value is a native number and the sum stays a 64-bit
@@ -175,9 +178,9 @@ QUEUE_END = {
     "back": "SELECT key " + _QUEUE_RANGE + "DESC LIMIT 1",
     "front": "SELECT key " + _QUEUE_RANGE + "ASC LIMIT 1",
 }
-QUEUE_PULL = {
+QUEUE_DELETE_UNCHANGED_END = {  # the end's item, if it is still the one read (see pop)
     side: "DELETE FROM Cache WHERE rowid = (SELECT rowid " + _QUEUE_RANGE + order + " LIMIT 1)"
-    " RETURNING key, expire_time, tag, mode, filename, value"
+    " AND rowid = ? AND key = ?" + _UNCHANGED
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }
 QUEUE_PEEK = {

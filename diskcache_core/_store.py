@@ -63,6 +63,9 @@ class Store:
             return self._retry_read(exc, statement, params)
 
     def _retry_read(self, exc: sqlite3.Error, statement: str, params: Any) -> list[Any]:
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+            # Another thread's close() closed this connection under us: read on a new one.
+            return self._pool.state().execute(statement, params).fetchall()
         deadline = time.monotonic() + self._timeout
         while is_busy(exc) and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -70,7 +73,7 @@ class Store:
                 return self._state().execute(statement, params).fetchall()
             except sqlite3.Error as again:
                 exc = again
-        raise translate_sqlite_error(exc) from exc
+        raise translate_sqlite_error(exc, self._pool.path) from exc
 
     def _write(
         self,
@@ -140,7 +143,7 @@ class Store:
         del state.released[mark:]  # the failed statement's changes were rolled back
         if new_file is not None:
             self._remove_file(new_file)
-        raise translate_sqlite_error(exc) from exc
+        raise translate_sqlite_error(exc, self._pool.path) from exc
 
     def _settle(self, state: ThreadState, charge: int = 0) -> None:
         """After a statement committed: publish its versions; remove the files it released;
@@ -193,7 +196,7 @@ class Store:
                     continue
                 if new_file is not None:
                     self._remove_file(new_file)
-                raise translate_sqlite_error(exc) from exc
+                raise translate_sqlite_error(exc, self._pool.path) from exc
         state.depth = 1
         if new_file is not None:
             state.created.append(new_file)
@@ -208,7 +211,7 @@ class Store:
             state.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(state)
-            raise translate_sqlite_error(exc) from exc
+            raise translate_sqlite_error(exc, self._pool.path) from exc
         self._publish(state)
         state.created.clear()
         if state.released:

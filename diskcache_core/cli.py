@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from ._cache import Cache
-from ._disk import ENOVAL, Disk, JSONDisk, SafeDisk
+from ._disk import ENOVAL, Disk, JSONDisk
+from ._safedisk import SafeDisk
 from ._errors import DiskCacheError, UnsafePickleError
 from ._schema import DBNAME, METADATA
 

@@ -71,14 +71,22 @@ def report_keys(directory: str) -> dict:
 
 
 def slow_value(cache, seconds: float, label: str) -> str:
-    """The function the stampede tests memoize: counts its runs, then takes `seconds`."""
+    """The function the stampede tests memoize: counts its runs (and stamps when the last one
+    started, in 'computation_started'), then takes `seconds`."""
     cache.incr('runs', retry=True)
+    cache.set('computation_started', time.time(), retry=True)
     time.sleep(seconds)
     return f'{label}:{os.getpid()}'
 
 
-def single_flight_worker(directory: str, start, results, seconds: float, lock_expire: float) -> None:
-    """Call a single-flight memoized ``slow_value`` once `start` is set; put the result in `results`."""
+def single_flight_worker(
+    directory: str, start, results, seconds: float, lock_expire: float, ready=None
+) -> None:
+    """Call a single-flight memoized ``slow_value`` once `start` is set; put the result in `results`.
+
+    With a `ready` queue, put this process's pid there first: it has imported everything and
+    is about to wait for `start`.
+    """
     import diskcache_core
 
     cache = _cache(directory)
@@ -89,7 +97,9 @@ def single_flight_worker(directory: str, start, results, seconds: float, lock_ex
     def slow(label):
         return slow_value(cache, seconds, label)
 
-    start.wait(30)
+    if ready is not None:
+        ready.put(os.getpid())
+    start.wait(120)
     began = time.monotonic()
     try:
         value = slow('shared')
@@ -109,6 +119,7 @@ def hanging_computer(directory: str, started, lock_expire: float) -> None:
         cache, expire=60, name='stampede.slow', single_flight=True, lock_expire=lock_expire
     )
     def slow(label):
+        cache.set('hanging_since', time.time())  # it holds the lock from just before this
         started.set()
         time.sleep(600)
         return 'never'
@@ -119,13 +130,18 @@ def hanging_computer(directory: str, started, lock_expire: float) -> None:
 # --- recipes -------------------------------------------------------------------------------------
 
 
-def locked_increment_worker(directory: str, iterations: int, start) -> None:
-    """`iterations` non-atomic read-modify-write increments of 'total', each under the Lock."""
+def locked_increment_worker(directory: str, iterations: int, start, ready=None) -> None:
+    """`iterations` non-atomic read-modify-write increments of 'total', each under the Lock.
+
+    With a `ready` queue, put this process's pid there before waiting for `start`.
+    """
     import diskcache_core
 
     cache = _cache(directory)
     lock = diskcache_core.Lock(cache, 'total-lock', expire=30)
-    start.wait(30)
+    if ready is not None:
+        ready.put(os.getpid())
+    start.wait(120)
     for _ in range(iterations):
         with lock:
             value = cache.get('total', 0)

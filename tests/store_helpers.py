@@ -89,11 +89,12 @@ def unnamed_files(directory: str) -> set:
     return value_files(directory) - db_filenames(directory)
 
 
-def wait_until(condition, timeout: float = 5.0, interval: float = 0.01) -> bool:
+def wait_until(condition, timeout: float = 30.0, interval: float = 0.01) -> bool:
     """Poll `condition` until it is true or `timeout` seconds pass; return its last result.
 
     Value files released by a single-item removal may be unlinked just after the call returns
-    (off the caller's path); tests that expect them gone wait a bounded time.
+    (off the caller's path); tests that expect them gone wait a bounded time. It returns as
+    soon as the condition holds, so the bound is generous: a loaded machine may be slow.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -103,7 +104,7 @@ def wait_until(condition, timeout: float = 5.0, interval: float = 0.01) -> bool:
         time.sleep(interval)
 
 
-def files_settle_to(directory: str, expected: set, timeout: float = 5.0) -> set:
+def files_settle_to(directory: str, expected: set, timeout: float = 30.0) -> set:
     """The value files of `directory` once they equal `expected` (or after `timeout`)."""
     wait_until(lambda: value_files(directory) == expected, timeout)
     return value_files(directory)

@@ -179,12 +179,11 @@ def test_reopening_with_other_shards_is_refused(make_backend):
 
 
 def test_construction_is_cheap_and_shares_one_fanout_cache(make_backend):
+    # Cheap because nothing is opened: every backend of one configuration shares the first
+    # one's FanoutCache. (Speed is for benchmarks; a timed bound here fails on a loaded machine.)
     first = make_backend(OPTIONS={"size_limit": 2**25})
-    start = time.perf_counter()
     backends = [make_backend(OPTIONS={"size_limit": 2**25}) for _ in range(1000)]
-    elapsed = time.perf_counter() - start
     assert all(backend.fanout is first.fanout for backend in backends)
-    assert elapsed < 0.5, f"1000 constructions took {elapsed:.3f} s"
     # A different configuration of the same directory is a different FanoutCache object.
     assert make_backend(OPTIONS={"size_limit": 2**25}, DATABASE_TIMEOUT=1.0).fanout is not first.fanout
 

@@ -35,7 +35,8 @@ def build(output: Path, results: Path | None = None) -> subprocess.CompletedProc
     return subprocess.run(
         [sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-q', '-b', 'html',
          '-d', str(output / '.doctrees'), str(DOCS), str(output)],
-        check=False, capture_output=True, text=True, env=env, timeout=120,
+        # ~40 s on a loaded machine: the bound only keeps a hung build from running for ever.
+        check=False, capture_output=True, text=True, env=env, timeout=480,
     )
 
 

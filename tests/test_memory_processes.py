@@ -63,17 +63,18 @@ def _ident(key: str, value: Any) -> str | None:
 # --- the processes -----------------------------------------------------------------------------------
 
 
-def _writer(directory: str, number: int, generation: int, log_path: str, stop_ns: int,
+def _writer(directory: str, number: int, generation: int, log_path: str, stop: Any,
             seed: int, own_key: bool = False) -> None:  # fmt: skip
-    """Sets random keys, pausing between sets; with `own_key`, sets only its own key, as fast
-    as it can (then a kill often lands between a commit and its publish, and nobody else
-    writes the key until the replacement writer starts: a stale entry would show)."""
+    """Sets random keys, pausing between sets, until ``stop[0]`` (set by the test); with
+    `own_key`, sets only its own key, as fast as it can (then a kill often lands between a
+    commit and its publish, and nobody else writes the key until the replacement writer
+    starts: a stale entry would show)."""
     cache = dc.Cache(directory)
     rng = random.Random(seed)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     sequence = 0
     keys = (KEYS[number % len(KEYS)],) if own_key else KEYS
-    while time.monotonic_ns() < stop_ns:
+    while time.monotonic_ns() < stop[0]:
         key = rng.choice(keys)
         sequence += 1
         ident = f'{number}.{generation}.{sequence}'
@@ -93,13 +94,13 @@ def _writer(directory: str, number: int, generation: int, log_path: str, stop_ns
     os._exit(0)
 
 
-def _foreign_writer(directory: str, number: int, generation: int, log_path: str, stop_ns: int,
+def _foreign_writer(directory: str, number: int, generation: int, log_path: str, stop: Any,
                     seed: int, own_key: bool = False) -> None:  # fmt: skip
     """Writes straight into SQLite, without the triggers: the memory tier is not told."""
     con = sqlite3.connect(os.path.join(directory, 'cache.db'), isolation_level=None, timeout=30)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     sequence = 0
-    while time.monotonic_ns() < stop_ns:
+    while time.monotonic_ns() < stop[0]:
         sequence += 1
         ident = f'{number}.{generation}.{sequence}'
         start = time.monotonic_ns()
@@ -111,7 +112,9 @@ def _foreign_writer(directory: str, number: int, generation: int, log_path: str,
     os._exit(0)
 
 
-def _reader(directory: str, result_path: str, stop_ns: int, seed: int, settings: dict) -> None:
+def _reader(directory: str, result_path: str, stop: Any, counts: Any, index: int, seed: int,
+            settings: dict) -> None:  # fmt: skip
+    """Gets random keys until ``stop[1]`` (set by the test), counting them in ``counts[index]``."""
     cache = dc.Cache(directory, **settings)
     rng = random.Random(seed)
     reads = []
@@ -119,11 +122,12 @@ def _reader(directory: str, result_path: str, stop_ns: int, seed: int, settings:
     while True:
         key = rng.choice(KEYS)
         start = monotonic_ns()
-        if start >= stop_ns:
+        if start >= stop[1]:
             break
         value = cache.get(key)
         end = monotonic_ns()
         reads.append((key, start, end, _ident(key, value)))
+        counts[index] += 1
     with open(result_path, 'wb') as result:
         pickle.dump((reads, tuple(cache.memory_stats())), result)
     os._exit(0)
@@ -216,6 +220,10 @@ def violations(run: Run, committed: set[str]) -> list[str]:
     return found
 
 
+MIN_READS = 1001  # `_check` wants more than 1000 reads
+MAX_SECONDS = 180.0  # a run that has not reached its counts by then fails (it never hangs)
+
+
 def run_workload(
     directory: str,
     tmp_path: Any,
@@ -223,12 +231,20 @@ def run_workload(
     writers: int = 3,
     readers: int = 4,
     kill_every: float | None = None,
+    kills: int = 0,
+    min_reads: int = MIN_READS,
+    max_seconds: float = MAX_SECONDS,
     writer_target: Any = _writer,
     reader_settings: dict | None = None,
 ) -> tuple[Run, set[str]]:
-    """Writers and readers on the same keys for `seconds`; with `kill_every`, a random writer
-    is SIGKILLed about that often (seconds) and replaced. Readers go on for a while after the
-    writers stop, so that a write left unpublished by a kill would be caught being stale."""
+    """Writers and readers on the same keys for at least `seconds`, and then on until the
+    readers have made `min_reads` reads and `kills` writers have been killed: with
+    `kill_every`, a random writer is SIGKILLed about that often (seconds) and replaced, and in
+    the end every writer is killed. A loaded machine makes the run longer, not the counts
+    smaller; a run that has not reached its counts after `max_seconds` fails the test.
+    Readers go on for a while after the writers stop, so that a write left unpublished by a
+    kill would be caught being stale."""
+    assert not kills or kill_every is not None, 'kills needs kill_every'
     run = Run()
     setup = dc.Cache(directory)
     for number, key in enumerate(KEYS):
@@ -238,8 +254,13 @@ def run_workload(
         run.writes[ident] = Write(key, begin, time.monotonic_ns())
     setup.close()
     start = time.monotonic_ns()
-    writers_stop = start + int(seconds * 1e9)
-    readers_stop = writers_stop + int(0.5e9)
+    cap = start + int(max_seconds * 1e9)
+    # When the writers (stop[0]) and the readers (stop[1]) stop: the cap until the counts are
+    # reached, so that no child outlives a test that dies; then set to "now" below.
+    stop = _context.RawArray('q', [cap, cap + int(0.5e9)])
+    counts = _context.RawArray('q', readers + 1)  # reads so far, per reader (last: the witness)
+    # Writers are killed from 0.3 s before the minimum time is up, as they always were.
+    minimum = start + int(seconds * 1e9) - (int(0.3e9) if kill_every is not None else 0)
     logs: list[tuple[str, Any]] = []  # (log path, process)
     rng = random.Random(1)
 
@@ -247,34 +268,51 @@ def run_workload(
         log_path = str(tmp_path / f'writer-{number}-{generation}.log')
         process = _context.Process(
             target=writer_target,
-            args=(directory, number, generation, log_path, writers_stop, rng.getrandbits(32),
+            args=(directory, number, generation, log_path, stop, rng.getrandbits(32),
                   kill_every is not None),
         )
         process.start()
         logs.append((log_path, process))
         return process
 
+    def enough() -> bool:
+        # The final round kills `writers` more; `kills` counts those too.
+        return (
+            time.monotonic_ns() >= minimum
+            and sum(counts[:readers]) >= min_reads
+            and (kill_every is None or run.kills + writers >= kills)
+        )
+
     reader_processes = []
     for number in range(readers):
         path = str(tmp_path / f'reader-{number}.pickle')
         process = _context.Process(
             target=_reader,
-            args=(directory, path, readers_stop, rng.getrandbits(32), reader_settings or {}),
+            args=(directory, path, stop, counts, number, rng.getrandbits(32), reader_settings or {}),
         )
         process.start()
         reader_processes.append((path, process, False))
     witness_path = str(tmp_path / 'witness.pickle')
     witness = _context.Process(
         target=_reader,
-        args=(directory, witness_path, readers_stop, rng.getrandbits(32), {'memory_size_limit': 0}),
-    )
+        args=(directory, witness_path, stop, counts, readers, rng.getrandbits(32),
+              {'memory_size_limit': 0}),
+    )  # fmt: skip
     witness.start()
     reader_processes.append((witness_path, witness, True))
     generations = [0] * writers
     live = [spawn(number, 0) for number in range(writers)]
     deaths: dict[int, int] = {}  # id(process) -> when its death was seen
-    if kill_every is not None:
-        while time.monotonic_ns() < writers_stop - int(0.3e9):
+    try:
+        while not enough():
+            if time.monotonic_ns() >= cap:
+                pytest.fail(
+                    f'the workload did not reach its counts in {max_seconds:.0f} s: '
+                    f'{run.kills} of {kills} kills, {sum(counts[:readers])} of {min_reads} reads'
+                )
+            if kill_every is None:
+                time.sleep(0.01)
+                continue
             time.sleep(rng.uniform(0.2, 1.8) * kill_every)
             victim = rng.randrange(writers)
             process = live[victim]
@@ -286,15 +324,25 @@ def run_workload(
             run.kills += 1
             generations[victim] += 1
             live[victim] = spawn(victim, generations[victim])
-        # The last writers die at random points too, so that the quiet period after them
-        # checks that no unpublished write is served stale for ever.
-        for process in live:
-            time.sleep(rng.random() * 0.05)
+        if kill_every is not None:
+            # The last writers die at random points too, so that the quiet period after them
+            # checks that no unpublished write is served stale for ever.
+            for process in live:
+                time.sleep(rng.random() * 0.05)
+                if process.is_alive():
+                    run.kills += 1
+                    os.kill(process.pid, signal.SIGKILL)
+                    process.join(30)
+                    deaths[id(process)] = time.monotonic_ns()
+        now = time.monotonic_ns()
+        stop[0], stop[1] = now, now + int(0.5e9)
+    except BaseException:
+        stop[0] = stop[1] = 0
+        for _, process in logs + [(path, process) for path, process, _ in reader_processes]:
             if process.is_alive():
-                run.kills += 1
-                os.kill(process.pid, signal.SIGKILL)
-                process.join(30)
-                deaths[id(process)] = time.monotonic_ns()
+                process.kill()
+            process.join(30)
+        raise
     for _, process in logs:
         process.join(60)
         assert process.exitcode in (0, -signal.SIGKILL), process.exitcode
@@ -349,7 +397,9 @@ def test_no_stale_reads(tmp_path):
 
 
 def test_no_stale_reads_while_writers_are_killed(tmp_path):
-    run, committed = run_workload(str(tmp_path / 'cache'), tmp_path, seconds=3.0, kill_every=0.1)
+    run, committed = run_workload(
+        str(tmp_path / 'cache'), tmp_path, seconds=3.0, kill_every=0.1, kills=5
+    )
     assert run.kills >= 5
     _check(run, committed)
 
@@ -377,7 +427,9 @@ def test_no_stale_reads_long(tmp_path):
 
 @pytest.mark.slow
 def test_no_stale_reads_while_writers_are_killed_long(tmp_path):
-    run, committed = run_workload(str(tmp_path / 'cache'), tmp_path, seconds=10.0, kill_every=0.05)
+    run, committed = run_workload(
+        str(tmp_path / 'cache'), tmp_path, seconds=10.0, kill_every=0.05, kills=50
+    )
     assert run.kills >= 50
     _check(run, committed)
 

@@ -4,6 +4,8 @@ refusing malicious pickles planted in the database."""
 from __future__ import annotations
 
 import builtins
+import datetime
+import decimal
 import io
 import os
 import pickle
@@ -395,3 +397,338 @@ def test_allow_list_planted_in_settings_table_is_ignored(cache_dir, marker):
 def test_unsafe_pickle_error_hierarchy():
     assert issubclass(dc.UnsafePickleError, dc.DiskCacheError)
     assert issubclass(dc.UnsafePickleError, pickle.UnpicklingError)
+
+
+# --------------------------------------------------------------------------------------------
+# SafeDisk: allowed types may be instantiated, never returned nor patched as classes
+# --------------------------------------------------------------------------------------------
+
+
+class Account:
+    """An allowed type a planted pickle tries to patch through BUILD on the class itself."""
+
+    is_admin = False
+
+    def __init__(self, name='alice'):
+        self.name = name
+
+    def __eq__(self, other):
+        return type(other) is Account and vars(other) == vars(self)
+
+
+class Slotted:
+    """An allowed type with __slots__: its default state is ``(None, {slot: value})``."""
+
+    __slots__ = ('x', 'y')
+
+    def __init__(self, x=1, y=2):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return type(other) is type(self) and (other.x, other.y) == (self.x, self.y)
+
+
+class SlottedWithState(Slotted):
+    """Slots with an explicit slot-state tuple, so protocols 0 and 1 can pickle it too."""
+
+    __slots__ = ()
+
+    def __getstate__(self):
+        return None, {'x': self.x, 'y': self.y}
+
+
+class _RawPickle:
+    """A value the planting Disk stores as the pickle bytes it holds."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+class _PlantingDisk(dc.Disk):
+    """Stores `_RawPickle` values verbatim: an attacker writing crafted pickles."""
+
+    def _dumps(self, obj):
+        if isinstance(obj, _RawPickle):
+            return obj.data
+        return super()._dumps(obj)
+
+
+def _plant_raw(directory: str, items: dict, cache_class=dc.Cache, **settings) -> None:
+    planter = cache_class(directory, disk=_PlantingDisk, **settings)
+    try:
+        for key, data in items.items():
+            planter.set(key, _RawPickle(data))
+    finally:
+        planter.close()
+
+
+def _unicode(text: str) -> bytes:
+    data = text.encode()
+    return b'\x8c' + bytes([len(data)]) + data  # SHORT_BINUNICODE
+
+
+def _global(cls) -> bytes:
+    return b'c%s\n%s\n' % (cls.__module__.encode(), cls.__qualname__.encode())  # GLOBAL
+
+
+# BUILD's state (None, {'is_admin': True}): slot state, which BUILD sets with setattr.
+_PATCH = b'N}X\x08\x00\x00\x00is_adminI01\ns\x86'
+BUILD_ATTACKS = {
+    'GLOBAL': lambda cls: _global(cls) + _PATCH + b'b.',
+    'dict-state': lambda cls: _global(cls) + b'}X\x08\x00\x00\x00is_adminI01\nsb.',
+    'PUT-GET': lambda cls: _global(cls) + b'p0\n0g0\n' + _PATCH + b'b.',
+    'BINPUT-BINGET': lambda cls: b'\x80\x02' + _global(cls) + b'q\x070h\x07' + _PATCH + b'b.',
+    'MEMOIZE-DUP': lambda cls: b'\x80\x04' + _global(cls) + b'\x94' + b'2' + _PATCH + b'b0.',
+    'STACK_GLOBAL': lambda cls: (
+        b'\x80\x04' + _unicode(cls.__module__) + _unicode(cls.__qualname__) + b'\x93\x94' + _PATCH + b'b.'
+    ),
+    'inside-list': lambda cls: b']' + _global(cls) + _PATCH + b'ba.',
+    'returned-after-list': lambda cls: _global(cls) + b']' + _PATCH + b'b0' + _PATCH + b'b.',
+}
+
+
+@pytest.fixture
+def unpatched():
+    """Undo what a planted BUILD may have done, so one failure does not spread."""
+    yield
+    Account.is_admin = False
+    for target in (uuid.SafeUUID, *uuid.SafeUUID):
+        if 'is_admin' in vars(target):
+            delattr(target, 'is_admin')
+
+
+@pytest.mark.parametrize('attack', sorted(BUILD_ATTACKS))
+@pytest.mark.parametrize('target', [Account, uuid.SafeUUID], ids=['allowed-class', 'SafeUUID'])
+def test_safedisk_refuses_build_on_an_allowed_class(cache_dir, unpatched, target, attack):
+    _plant_raw(cache_dir, {'evil': BUILD_ATTACKS[attack](target)})
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk, disk_allowed_types=[Account])
+    try:
+        with pytest.raises(dc.UnsafePickleError):
+            cache.get('evil')
+        assert Account.is_admin is False
+        assert 'is_admin' not in vars(uuid.SafeUUID)
+    finally:
+        cache.close()
+
+
+def test_build_attacks_are_live(unpatched):
+    """Guard for the test above: under plain pickle the payloads return and patch the class."""
+    for attack in ('GLOBAL', 'STACK_GLOBAL', 'PUT-GET'):
+        assert pickle.loads(BUILD_ATTACKS[attack](uuid.SafeUUID)) is uuid.SafeUUID
+        assert uuid.SafeUUID.is_admin is True
+        del uuid.SafeUUID.is_admin
+
+
+@pytest.mark.parametrize(
+    'payload',
+    [
+        pytest.param(b'cuuid\nSafeUUID\n(I0\ntR' + _PATCH + b'b.', id='REDUCE'),
+        pytest.param(b'\x80\x02cuuid\nSafeUUID\nK\x00\x85\x81' + _PATCH + b'b.', id='NEWOBJ'),
+        pytest.param(b'(cuuid\nSafeUUID\nI0\no' + _PATCH + b'b.', id='OBJ'),
+        pytest.param(b'(I0\niuuid\nSafeUUID\n' + _PATCH + b'b.', id='INST'),
+        pytest.param(b'ccopyreg\n_reconstructor\n(cuuid\nSafeUUID\ncuuid\nSafeUUID\nI0\ntR.', id='reconstructor'),
+    ],
+)
+def test_safedisk_refuses_state_on_a_shared_enum_member(cache_dir, unpatched, payload):
+    """Calling an Enum class hands back its shared member: never a BUILD target."""
+    _plant_raw(cache_dir, {'evil': payload})
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk)
+    try:
+        with pytest.raises(dc.UnsafePickleError):
+            cache.get('evil')
+        assert 'is_admin' not in vars(uuid.SafeUUID.safe)
+        assert cache.get('fine', 'absent') == 'absent'
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize(
+    'payload',
+    [
+        pytest.param(lambda: _global(Account) + b'.', id='bare-class'),
+        pytest.param(lambda: b'c_codecs\nencode\n.', id='bare-function'),
+        pytest.param(lambda: b'\x80\x04]' + _unicode(Account.__module__) + _unicode('Account') + b'\x93a.', id='class-in-list'),
+        pytest.param(lambda: pickle.dumps({'k': [Account]}, protocol=0), id='class-in-dict-protocol-0'),
+        pytest.param(lambda: pickle.dumps({'k': (datetime.datetime,)}, protocol=5), id='class-in-tuple-protocol-5'),
+        pytest.param(lambda: pickle.dumps(Account, protocol=2), id='class-protocol-2'),
+        pytest.param(lambda: b'cbuiltins\nlist\n((cbuiltins\nset\nttR.', id='class-through-list-call'),
+        pytest.param(
+            lambda: b'ccopyreg\n_reconstructor\n(cbuiltins\nlist\ncbuiltins\nlist\n(cbuiltins\nset\ntttR.',
+            id='class-through-reconstructor-state',
+        ),
+        pytest.param(lambda: b'\x80\x04]' + _global(Account) + b'\x94\x8c\x01a\x88s.', id='SETITEM-on-class'),
+        pytest.param(lambda: b'ccopyreg\n_reconstructor\n' + _PATCH + b'b.', id='BUILD-on-function'),
+        pytest.param(lambda: b'cbuiltins\ngetattr\n(cbuiltins\nobject\nV__setattr__\ntR.', id='getattr'),
+    ],
+)
+def test_safedisk_refuses_globals_as_values(cache_dir, unpatched, payload):
+    _plant_raw(cache_dir, {'evil': payload()})
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk, disk_allowed_types=[Account])
+    try:
+        with pytest.raises(dc.UnsafePickleError):
+            cache.get('evil')
+        assert Account.is_admin is False
+    finally:
+        cache.close()
+
+
+def test_safedisk_checks_extension_codes(cache_dir, unpatched):
+    """EXT opcodes name globals through copyreg's registry: the allow-list applies to them."""
+    import copyreg
+
+    copyreg.add_extension(Account.__module__, 'Account', 0x7FFFFFF0)
+    copyreg.add_extension('os', 'system', 0x7FFFFFF1)
+    try:
+        planted = pickle.dumps([Account('bob')], protocol=2)
+        assert b'\x84' in planted  # EXT4
+        _plant_raw(
+            cache_dir,
+            {
+                'instance': planted,
+                'build': b'\x80\x02\x84\xf0\xff\xff\x7f' + _PATCH + b'b.',
+                'system': b'\x80\x02\x84\xf1\xff\xff\x7fX\x04\x00\x00\x00true\x85R.',
+            },
+        )
+        cache = dc.Cache(cache_dir, disk=dc.SafeDisk, disk_allowed_types=[Account])
+        try:
+            assert cache['instance'] == [Account('bob')]
+            with pytest.raises(dc.UnsafePickleError):
+                cache.get('build')
+            with pytest.raises(dc.UnsafePickleError, match='os.system'):
+                cache.get('system')
+            assert Account.is_admin is False
+        finally:
+            cache.close()
+    finally:
+        copyreg.remove_extension(Account.__module__, 'Account', 0x7FFFFFF0)
+        copyreg.remove_extension('os', 'system', 0x7FFFFFF1)
+
+
+SAFE_VALUES = {
+    'datetime': datetime.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone(datetime.timedelta(hours=-3))),
+    'utc': datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc),
+    'date-time-delta': (datetime.date(2020, 2, 29), datetime.time(23, 59), datetime.timedelta(days=-1, seconds=5)),
+    'decimal': [decimal.Decimal('3.14159'), decimal.Decimal('-Infinity')],
+    'uuid': [uuid.UUID('12345678-1234-5678-1234-567812345678'), uuid.UUID(int=7, is_safe=uuid.SafeUUID.safe)],
+    'safe-uuid': [uuid.SafeUUID.safe, uuid.SafeUUID.unknown],
+    'set': {1, 'two', (3,)},
+    'empty-set': set(),
+    'frozenset': frozenset({b'x', 2.5}),
+    'builtins': [b'bytes', bytearray(b'ba'), complex(1, -2), range(1, 9, 2), slice(1, None, 3), True, None],
+}
+
+
+@pytest.mark.parametrize('protocol', range(pickle.HIGHEST_PROTOCOL + 1))
+def test_safedisk_round_trips_safe_values_in_every_protocol(make_cache, protocol):
+    cache = make_cache(disk=dc.SafeDisk, disk_pickle_protocol=protocol)
+    for name, value in SAFE_VALUES.items():
+        cache.set(name, value)
+        assert cache.get(name) == value, name
+        assert type(cache.get(name)) is type(value), name
+    cache.set(('tuple', frozenset({1})), 'key')
+    assert cache[('tuple', frozenset({1}))] == 'key'
+
+
+@pytest.mark.parametrize('protocol', range(pickle.HIGHEST_PROTOCOL + 1))
+def test_safedisk_round_trips_allowed_instances_in_every_protocol(make_cache, protocol):
+    cache = make_cache(
+        disk=dc.SafeDisk,
+        disk_allowed_types=[Account, Slotted, SlottedWithState],
+        disk_pickle_protocol=protocol,
+    )
+    values = {
+        'dict-state': Account('carol'),
+        'many': [Account(str(number)) for number in range(50)],
+        'shared': [Account('same')] * 3,
+        'slot-state': SlottedWithState(3, [4]),
+        'mixed': {'who': Account(), 'when': datetime.date(2021, 1, 1), 'id': uuid.UUID(int=9)},
+    }
+    if protocol >= 2:  # below 2, a class with __slots__ needs its own __getstate__
+        values['slots'] = Slotted(5, 'six')
+    for name, value in values.items():
+        cache.set(name, value)
+        assert cache[name] == value, name
+    shared = cache['shared']
+    assert shared[0] is shared[1] is shared[2]
+    assert Account.is_admin is False
+
+
+def _plant_refused(cache_dir, cache_class, **settings):
+    """A refused pickle under 'evil' (in a value file with ``disk_min_file_size=0``)."""
+    _plant_raw(cache_dir, {'evil': BUILD_ATTACKS['GLOBAL'](uuid.SafeUUID)}, cache_class, **settings)
+
+
+@pytest.mark.parametrize('in_file', [False, True], ids=['inline', 'value-file'])
+def test_safedisk_pop_refuses_before_deleting(cache_class, cache_dir, unpatched, in_file):
+    settings = {'disk_min_file_size': 0} if in_file else {}
+    _plant_refused(cache_dir, cache_class, timeout=5.0, **settings)  # FanoutCache: no give-ups
+    files = {name for name in value_files(cache_dir) if name.endswith('.val')}
+    assert bool(files) is in_file
+    cache = cache_class(cache_dir, disk=dc.SafeDisk, timeout=5.0)
+    try:
+        for _ in range(2):
+            with pytest.raises(dc.UnsafePickleError):
+                cache.pop('evil')
+            assert 'evil' in cache
+            assert len(cache) == 1
+            assert {name for name in value_files(cache_dir) if name.endswith('.val')} == files
+        assert 'is_admin' not in vars(uuid.SafeUUID)
+        cache.set('good', [1, 2])
+        assert cache.pop('good') == [1, 2]
+        assert cache.pop('good', 'gone') == 'gone'
+        assert cache.delete('evil')
+        assert cache.pop('evil', 'gone') == 'gone'
+    finally:
+        cache.close()
+
+
+def test_safedisk_pop_in_a_transaction_refuses_before_deleting(cache_dir, unpatched):
+    _plant_refused(cache_dir, dc.Cache)
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk)
+    try:
+        with cache.transact():
+            with pytest.raises(dc.UnsafePickleError):
+                cache.pop('evil')
+            cache.set('other', 1)
+        assert 'evil' in cache and cache['other'] == 1
+    finally:
+        cache.close()
+
+
+def test_safedisk_pull_refuses_before_deleting(cache_dir, unpatched):
+    planter = dc.Cache(cache_dir, disk=_PlantingDisk)
+    planter.push(_RawPickle(BUILD_ATTACKS['GLOBAL'](uuid.SafeUUID)))
+    planter.push('after')
+    planter.push(_RawPickle(BUILD_ATTACKS['STACK_GLOBAL'](uuid.SafeUUID)), prefix='q')
+    planter.close()
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk)
+    try:
+        for pull in (lambda: cache.pull(), lambda: cache.pull(prefix='q', side='back')):
+            with pytest.raises(dc.UnsafePickleError):
+                pull()
+        assert len(cache) == 3
+        with pytest.raises(dc.UnsafePickleError):
+            cache.peek()
+        assert cache.pull(side='back')[1] == 'after'
+    finally:
+        cache.close()
+
+
+def test_safedisk_deque_and_index_pops_refuse_before_deleting(tmp_path, unpatched):
+    planter = dc.Cache(str(tmp_path / 'deque'), disk=_PlantingDisk)
+    planter.push(_RawPickle(BUILD_ATTACKS['GLOBAL'](uuid.SafeUUID)))
+    planter.close()
+    _plant_refused(str(tmp_path / 'index'), dc.Cache)
+    deque = dc.Deque.fromcache(dc.Cache(str(tmp_path / 'deque'), disk=dc.SafeDisk))
+    index = dc.Index.fromcache(dc.Cache(str(tmp_path / 'index'), disk=dc.SafeDisk))
+    try:
+        for pop in (deque.pop, deque.popleft):
+            with pytest.raises(dc.UnsafePickleError):
+                pop()
+            assert len(deque) == 1
+        with pytest.raises(dc.UnsafePickleError):
+            index.pop('evil')
+        assert 'evil' in index and len(index) == 1
+    finally:
+        deque.cache.close()
+        index.cache.close()

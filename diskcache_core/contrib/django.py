@@ -47,6 +47,7 @@ from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     MEMCACHE_MAX_KEY_LENGTH,
     BaseCache,
+    InvalidCacheKey,
 )
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -194,12 +195,22 @@ class DjangoCache(BaseCache):
 
         Django's check (a generator and a regular expression) costs more than a whole cache
         read; a key that is short, printable ASCII without spaces cannot draw a warning, so only
-        other keys go through it.
+        other keys go through it. A key no backend here can store (text that is not valid
+        UTF-8: lone surrogates) raises InvalidCacheKey, as Django's memcached backends do for
+        keys they cannot store.
         """
         if type(key) is str and len(key) <= MEMCACHE_MAX_KEY_LENGTH and key.isascii() \
                 and key.isprintable() and " " not in key:
             return
         super().validate_key(key)
+        if type(key) is str and not key.isascii():
+            try:
+                key.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidCacheKey(
+                    "Cache key contains characters that cannot be stored (not valid UTF-8: "
+                    f"{exc.reason} at position {exc.start}): {key!r}"
+                ) from None
 
     def _expire(self, timeout: Any) -> float | None:
         """A Django timeout as the cache's ``expire`` (seconds from now, or None)."""
@@ -207,7 +218,11 @@ class DjangoCache(BaseCache):
             timeout = self.default_timeout
         if timeout is None:
             return None
-        return float(timeout) if timeout > 0 else _EXPIRED
+        if timeout > 0:
+            return float(timeout)
+        if timeout != timeout:  # NaN: would store the item already expired, silently
+            raise ValueError("timeout must not be NaN")
+        return _EXPIRED
 
     def _by_shard(self, keys: Iterable[Any]) -> dict[Cache, list[Any]]:
         """Items grouped by the shard of their first element (the made key)."""

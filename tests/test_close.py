@@ -1,0 +1,149 @@
+"""close() closes every connection the Cache opened, in every thread, at once (issue 16, item 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import diskcache_core as dc
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _use_in_threads(cache: dc.Cache, count: int) -> None:
+    """Read and write from `count` threads, which have finished when this returns."""
+
+    def work(n: int) -> None:
+        cache.set(f"thread-{n}", n)
+        assert cache.get(f"thread-{n}") == n
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _use_through_awaitables(cache: dc.Cache, count: int) -> None:
+    """Read and write through the awaitable twins (the library's worker threads)."""
+
+    async def work() -> None:
+        await asyncio.gather(*(cache.aset(f"async-{n}", n) for n in range(count)))
+        values = await asyncio.gather(*(cache.aget(f"async-{n}") for n in range(count)))
+        assert values == list(range(count))
+
+    asyncio.run(work())
+
+
+def test_close_removes_the_wal_after_a_bulk_fill(tmp_path: Path) -> None:
+    cache = dc.Cache(tmp_path, eviction_policy="least-recently-used")  # bookkeeping thread too
+    with cache.transact():
+        for n in range(2000):
+            cache.set(n, b"v" * 2000)
+    for n in range(0, 2000, 7):
+        cache.get(n)
+    _use_in_threads(cache, 3)
+    _use_through_awaitables(cache, 20)
+    cache.close()
+    assert not (tmp_path / "cache.db-wal").exists()
+    assert not (tmp_path / "cache.db-shm").exists()
+    assert cache.get(1999) == b"v" * 2000  # a closed cache opens again on use
+    cache.close()
+
+
+def test_close_closes_the_connections_of_finished_threads_and_idle_workers(tmp_path: Path) -> None:
+    gc.disable()  # close() itself must release them, not the garbage collector
+    try:
+        cache = dc.Cache(tmp_path)
+        before = _open_fds()
+        _use_in_threads(cache, 4)
+        _use_through_awaitables(cache, 20)
+        assert _open_fds() > before
+        cache.close()
+        assert _open_fds() <= before
+        assert not (tmp_path / "cache.db-wal").exists()
+        _use_through_awaitables(cache, 5)  # the workers open new connections on their next task
+        cache.close()
+        assert _open_fds() <= before
+    finally:
+        gc.enable()
+
+
+def test_a_transaction_in_another_thread_survives_close(tmp_path: Path) -> None:
+    cache = dc.Cache(tmp_path, timeout=1)  # close() waits this long to write bookkeeping
+    inside = threading.Event()
+    closed = threading.Event()
+    errors: list[BaseException] = []
+
+    def transaction() -> None:
+        try:
+            with cache.transact():
+                cache.set("a", 1)
+                inside.set()
+                closed.wait(60)
+                cache.set("b", 2)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=transaction)
+    thread.start()
+    assert inside.wait(60)
+    cache.close()
+    closed.set()
+    thread.join()
+    assert not errors, errors
+    assert cache.get("a") == 1 and cache.get("b") == 2
+    cache.close()
+
+
+def test_open_close_cycles_hold_no_descriptors(tmp_path: Path) -> None:
+    with dc.Cache(tmp_path) as cache:
+        cache.set("k", 1)
+    gc.collect()
+    gc.disable()  # what close() releases must not wait for the garbage collector
+    try:
+        before = _open_fds()
+        for n in range(100):
+            cache = dc.Cache(tmp_path)
+            cache.set("k", n)
+            assert cache.get("k") == n
+            cache.close()
+        assert _open_fds() <= before + 2
+    finally:
+        gc.enable()
+
+
+def test_threads_go_on_after_another_thread_closes(tmp_path: Path) -> None:
+    cache = dc.Cache(tmp_path)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        n = 0
+        try:
+            while not stop.is_set() and n < 20_000:
+                cache.set("k", n)
+                assert cache.get("k") == n
+                n += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    for _ in range(300):
+        cache.close()
+    stop.set()
+    worker.join()
+    cache.set("after", 1)
+    assert cache.get("after") == 1
+    assert not errors, errors
+    cache.close()
