@@ -195,14 +195,11 @@ class ConnectionPool:
                 else:
                     keep.append(state)
             self._states = keep
-        for name in ("state", "execute"):
-            try:
-                delattr(self.local, name)
-            except AttributeError:
-                pass
+        self._forget_thread_state()
 
-    def _forget_closed_state(self) -> None:
-        """In a worker thread whose connection `close_all` closed: open a new one on next use."""
+    def _forget_thread_state(self) -> None:
+        """Forget the calling thread's connection (closed, or not its own to use): the next call
+        opens a new one."""
         for name in ("state", "execute"):
             try:
                 delattr(self.local, name)
@@ -247,8 +244,7 @@ class ConnectionPool:
             self._states = keep
             mine = getattr(self.local, "state", None)
             if mine is not None and mine not in keep:
-                del self.local.state
-                del self.local.execute
+                self._forget_thread_state()
         finally:
             self._lock.release()
 
@@ -259,11 +255,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         # Only the forking thread lives on in the child; `local` stays the same object (caches
         # hold it for speed), so clearing that thread's entries is enough.
-        for name in ("state", "execute"):
-            try:
-                delattr(self.local, name)
-            except AttributeError:
-                pass
+        self._forget_thread_state()
 
 
 class ReadOnlyReader:
@@ -402,7 +394,7 @@ def worker_task() -> Iterator[None]:
         _busy_workers.add(thread)
         closed = _closed_for.pop(thread, ())
     for pool in closed:
-        pool._forget_closed_state()
+        pool._forget_thread_state()
     try:
         yield
     finally:
