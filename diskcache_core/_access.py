@@ -51,6 +51,8 @@ class AccessLog:
         self.statistics = bool(statistics)
         self.scheduled = False  # a flush is arranged for the current batch
         self._lock = threading.Lock()
+        # Held from taking a batch until it is written: a batch in flight is counted nowhere.
+        self.flushing = threading.Lock()
         self.set_policy(policy)
         _logs.add(self)
 
@@ -151,6 +153,7 @@ class AccessLog:
         self.hits = self.misses = 0
         self.scheduled = False
         self._lock = threading.Lock()
+        self.flushing = threading.Lock()
 
 
 class _Flushable(Protocol):

@@ -887,24 +887,26 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
         """
         if not self._access.has_pending():
             return
-        batch = self._access.take()
-        state = self._state()
-        if timeout is not None:  # SQLite's busy handler waits; for this call, not so long
-            state.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        try:
-            with self._transaction() as state:
-                self._access.write(state.con, batch)
-        except Exception:
-            self._access.give_back(batch)
-            raise
-        finally:
-            if timeout is not None:
-                state.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        with self._access.flushing:  # `stats` waits: the batch is counted nowhere meanwhile
+            batch = self._access.take()
+            state = self._state()
+            if timeout is not None:  # SQLite's busy handler waits; for this call, not so long
+                state.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            try:
+                with self._transaction() as state:
+                    self._access.write(state.con, batch)
+            except Exception:
+                self._access.give_back(batch)
+                raise
+            finally:
+                if timeout is not None:
+                    state.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
 
     def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
         """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
-        rows = dict(self._read("SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"))
-        result = (rows["hits"] + self._access.hits, rows["misses"] + self._access.misses)
+        with self._access.flushing:  # not while a batch is between memory and the database
+            rows = dict(self._read("SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"))
+            result = (rows["hits"] + self._access.hits, rows["misses"] + self._access.misses)
         if reset:
             pending, _, _ = self._access.take()
             with self._transaction() as state:

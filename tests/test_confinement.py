@@ -132,14 +132,15 @@ def test_check_reports_and_removes_links_not_targets(store, tmp_path, confine):
     (outside / "keep.val").write_bytes(b"must survive")
     (outside / "sub" / "deep.val").write_bytes(b"must survive too")
     directory = store.directory
+    # Not hex: "kept"'s own value file (random hex fan-out names) never collides with them.
     links = [
-        op.join(directory, "ab"),  # a first-level fan-out directory
-        op.join(directory, "cd", "ef"),  # a second-level one
-        op.join(directory, "12", "34", HEX_NAME),  # a value file
+        op.join(directory, "zz"),  # a first-level fan-out directory
+        op.join(directory, "yy", "xx"),  # a second-level one
+        op.join(directory, "ww", "vv", HEX_NAME),  # a value file
         op.join(directory, "dangling.val"),  # a link to nothing
     ]
-    os.makedirs(op.join(directory, "cd"))
-    os.makedirs(op.join(directory, "12", "34"))
+    os.makedirs(op.join(directory, "yy"))
+    os.makedirs(op.join(directory, "ww", "vv"))
     os.symlink(outside, links[0])
     os.symlink(outside / "sub", links[1])
     os.symlink(outside / "keep.val", links[2])
