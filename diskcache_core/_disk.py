@@ -90,7 +90,7 @@ def open_cache_directory(directory: Any) -> str:
     except TypeError:
         raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
     if not op.isdir(path):
-        if op.exists(path):
+        if op.exists(path) and not op.isdir(path):  # (another opener may have just made it)
             raise NotADirectoryError(f"cache directory {path!r} is not a directory")
         make_private_dirs(path)
     return path
