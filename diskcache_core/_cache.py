@@ -186,7 +186,7 @@ class Cache(QueueMixin, EvictionMixin, AsyncCacheMixin):
             self._retry_setup(lambda: sql.create_or_migrate(con, stored, wanted))
             # Only once the directory is known to hold a cache database.
             self._ownership = self._disk.ownership = ownership_of(pool.path)
-            pool.words = open_versions(self._directory, False, False, self._ownership)
+            pool.words = open_versions(self._directory, self._ownership)
         except sqlite3.Error as exc:
             raise translate_sqlite_error(exc, pool.path) from exc
         finally:

@@ -176,14 +176,11 @@ def publish(words: memoryview, versions: dict[int, int]) -> None:
 # --- the version file ---------------------------------------------------------------------------
 
 
-def open_versions(
-    directory: str, read_only: bool, immutable: bool, ownership: Ownership = PRIVATE
-) -> memoryview | None:
-    """The version words shared by every process using `directory`, or None when the memory
-    tier must stay off (a read-only directory whose database other processes may still change).
+def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
+    """The version words shared by every process using `directory` (a writable one: where this
+    process may only read, the memory tier stays off and nothing is opened).
 
-    On immutable media nothing can change: every entry stays valid, and constant words stand in
-    for the file. Otherwise the file is created if missing and its header checked; the creation
+    The file is created if missing and its header checked; the creation
     and any repair only ever extend the file and write the same header bytes, so processes that
     race here all end up mapping the same file, with no word reset.
 
@@ -191,10 +188,6 @@ def open_versions(
     mapped page with no block behind it kills the process with SIGBUS when the disk is full.
     One mapping per file is shared by every Cache of this process (one file descriptor).
     """
-    if immutable:
-        return memoryview(bytearray(FILE_SIZE)).cast("Q")
-    if read_only:
-        return None
     path = op.join(directory, VERSION_FILE)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
