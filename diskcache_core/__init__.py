@@ -4,6 +4,8 @@ One SQLite database indexes every item; small values live inline, large ones in 
 beside it. Safe across threads and processes, with no server to run.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
 from ._safedisk import SafeDisk
@@ -23,7 +25,11 @@ from ._memo import Memoized, memoize_stampede
 from ._memory import MemoryStats
 from ._persistent import Deque, Index
 from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
-from ._schema import DEFAULT_SETTINGS, EVICTION_POLICY
+from ._schema import EVICTION_POLICY
+from ._settings import DEFAULT_SETTINGS
+
+if TYPE_CHECKING:
+    from .contrib.django import DjangoCache
 
 __version__ = "0.1.0"
 
@@ -60,3 +66,13 @@ __all__ = [
     "memoize_stampede",
     "throttle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DjangoCache``, imported on first use (python-diskcache's README imports it from the
+    package): Django is imported only by code that uses it."""
+    if name == "DjangoCache":
+        from .contrib.django import DjangoCache
+
+        return DjangoCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,27 +18,16 @@ import threading
 import weakref
 from typing import Any, Protocol
 
+from ._schema import ADD_TO_COUNTER, POLICIES, REFRESH_COLUMN
+
 __all__ = ["AccessLog", "FLUSH_INTERVAL", "schedule_flush"]
 
 FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
 _MAX_PENDING = 200_000  # keys kept when flushes keep failing; older LRU times are dropped
 
-# Per eviction policy: the column a read refreshes, and the column a write refreshes.
-POLICY_COLUMNS: dict[str, tuple[str | None, str | None]] = {
-    "none": (None, None),
-    "least-recently-stored": (None, "store_time"),
-    "least-recently-used": ("access_time", "access_time"),
-    "least-frequently-used": ("access_count", None),
-}
-_UPDATES = {
-    "store_time": "UPDATE Cache SET store_time = ?1 WHERE key = ?2 AND raw = ?3 AND store_time < ?1",
-    "access_time": (
-        "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
-    ),
-    "access_count": "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3",
-}
-_ADD_STAT = "UPDATE Settings SET value = value + ? WHERE key = ?"
+# A batch taken for writing: refreshed column values by (db_key, raw), hits, misses.
+Batch = tuple[dict[tuple[Any, Any], float], int, int]
 
 
 class AccessLog:
@@ -58,7 +47,8 @@ class AccessLog:
 
     def set_policy(self, policy: str) -> None:
         """Follow the cache's eviction policy; what was pending for the old one is dropped."""
-        self.read_column, self.write_column = POLICY_COLUMNS[policy]
+        self.read_column = POLICIES[policy].read_column
+        self.write_column = POLICIES[policy].write_column
         self.column = self.read_column or self.write_column
         self.pending = {}
         self.scheduled = False
@@ -113,7 +103,7 @@ class AccessLog:
         """The item was removed: its pending bookkeeping must not land on a later row."""
         self.pending.pop((db_key, raw), None)
 
-    def take(self) -> tuple[dict[tuple[Any, Any], float], int, int]:
+    def take(self) -> Batch:
         """Detach the batch for writing."""
         with self._lock:
             batch = (self.pending, self.hits, self.misses)
@@ -122,7 +112,7 @@ class AccessLog:
             self.scheduled = False
         return batch
 
-    def give_back(self, batch: tuple[dict[tuple[Any, Any], float], int, int]) -> None:
+    def give_back(self, batch: Batch) -> None:
         """Re-attach a batch whose write failed (a busy database): it goes out next time."""
         pending, hits, misses = batch
         with self._lock:
@@ -136,16 +126,16 @@ class AccessLog:
             self.hits += hits
             self.misses += misses
 
-    def write(self, con: sqlite3.Connection, batch: tuple[dict, int, int]) -> None:
+    def write(self, con: sqlite3.Connection, batch: Batch) -> None:
         """Write `batch` on `con`, inside the caller's write transaction."""
         pending, hits, misses = batch
         if pending and self.column is not None:
-            statement = _UPDATES[self.column]
+            statement = REFRESH_COLUMN[self.column]
             con.executemany(statement, [(value, key[0], key[1]) for key, value in pending.items()])
         if hits:
-            con.execute(_ADD_STAT, (hits, "hits"))
+            con.execute(ADD_TO_COUNTER, (hits, "hits"))
         if misses:
-            con.execute(_ADD_STAT, (misses, "misses"))
+            con.execute(ADD_TO_COUNTER, (misses, "misses"))
 
     def reset_after_fork(self) -> None:
         """The parent's unwritten reads are the parent's to write."""
@@ -157,10 +147,13 @@ class AccessLog:
 
 
 class _Flushable(Protocol):
-    _access: AccessLog
-    _pool: Any  # its ConnectionPool
+    """What the flusher needs of a cache's bookkeeping (the eviction part provides it)."""
+
+    access: AccessLog
 
     def flush_access_log(self, timeout: float | None = None) -> None: ...
+
+    def close_connection(self) -> None: ...
 
 
 _BACKGROUND_LOCK_WAIT = 0.1  # seconds the flusher waits for the write lock before retrying later
@@ -192,7 +185,7 @@ class _Flusher:
                     target=self._run, name="diskcache_core-access-flush", daemon=True
                 )
                 self.thread.start()
-        if len(cache._access.pending) >= FLUSH_SIZE:
+        if len(cache.access.pending) >= FLUSH_SIZE:
             self.wake.set()
 
     def _run(self) -> None:
@@ -203,9 +196,9 @@ class _Flusher:
                 self.flush_all(_BACKGROUND_LOCK_WAIT)
                 # Holding no connection between rounds, this thread leaves none open to a fork.
                 for cache in list(self.caches):
-                    cache._pool.close_current()
+                    cache.close_connection()
             with self.lock:
-                if not any(cache._access.has_pending() for cache in list(self.caches)):
+                if not any(cache.access.has_pending() for cache in list(self.caches)):
                     self.thread = None
                     return
 

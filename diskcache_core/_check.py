@@ -26,37 +26,39 @@ from . import _schema as sql
 from ._errors import EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
 
 if TYPE_CHECKING:
-    from ._cache import Cache
     from ._connections import ThreadState
+    from ._disk import Disk
+    from ._store import Store
 
 __all__ = ["check_cache"]
 
 _FILE_ATTRIBUTE_DIRECTORY = 0x10  # Windows: a link to a directory is removed with rmdir
 
 
-def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
-    """Check the database and value files agree; with `fix`, repair; return the warnings.
+def check_cache(
+    store: "Store", disk: "Disk", directory: str, fix: bool = False, retry: bool = False
+) -> list[warnings.WarningMessage]:
+    """Check the database and value files of the cache in `directory` agree; with `fix`,
+    repair; return the warnings.
 
     Run it when no other process is writing value files: a file written but not yet
     committed by another writer would look unknown and, with `fix`, be removed.
     """
-    from ._fanout import LAYOUT_FILE  # here: _fanout imports _cache, which imports this module
-
     _reaper.drain()  # files released by committed writes are not "unknown"
     with warnings.catch_warnings(record=True) as found:
         warnings.simplefilter("always")
-        rows = cache._read("PRAGMA integrity_check")
+        rows = store.read(sql.INTEGRITY_CHECK)
         if rows != [("ok",)]:
             for (message,) in rows:
                 warnings.warn(f"integrity check: {message}", stacklevel=2)
         if fix:
-            cache._write("VACUUM", (), retry)
-        real_directory = op.realpath(cache._directory)
-        with cache._transaction(retry) as state:
+            store.write(sql.VACUUM, (), retry)
+        real_directory = op.realpath(directory)
+        with store.transaction(retry) as state:
             named: set[str] = set()
             for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
                 try:
-                    full_path = cache._disk._checked_path(filename)
+                    full_path = disk._checked_path(filename)
                 except UnsafeValueFileError as exc:
                     warnings.warn(str(exc), stacklevel=2)
                     if fix:
@@ -79,13 +81,13 @@ def check_cache(cache: "Cache", fix: bool = False, retry: bool = False) -> list[
                     warnings.warn(f"wrong file size: {full_path}, {status.st_size} != {size}", stacklevel=2)
                     if fix:  # a file of the wrong size is damaged: drop the item (and the file)
                         _drop_row(state, rowid, keep_file=False)
-            _Sweep(named, LAYOUT_FILE, fix).run(real_directory)
-            ((stored_size,),) = state.execute("SELECT value FROM Settings WHERE key = 'size'")
-            ((actual_size,),) = state.execute("SELECT COALESCE(SUM(size), 0) FROM Cache")
+            _Sweep(named, sql.LAYOUT_FILE, fix).run(real_directory)
+            ((stored_size,),) = state.execute(sql.SELECT_STORED_SIZE)
+            ((actual_size,),) = state.execute(sql.SELECT_ACTUAL_SIZE)
             if stored_size != actual_size:
                 warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}", stacklevel=2)
                 if fix:
-                    state.execute("UPDATE Settings SET value = ? WHERE key = 'size'", (actual_size,))
+                    state.execute(sql.STORE_SIZE, (actual_size,))
     return found
 
 

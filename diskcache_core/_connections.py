@@ -25,6 +25,7 @@ from ._schema import (
     RELEASE_TRIGGERS,
     VERSION_FUNCTION,
     VERSION_TRIGGERS,
+    set_pragma,
 )
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
@@ -44,7 +45,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "released", "created", "depth", "thread", "new_value", "versions",
-        "written", "charge", "reader",
+        "charge", "reader",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -64,8 +65,6 @@ class ThreadState:
         self.versions: dict[int, int] = {}
         # Bytes written by the open transaction: counted towards the size check at its commit.
         self.charge = 0
-        # The versions the last autocommit write published (for its write-through), or None.
-        self.written: dict[int, int] | None = None
         # Runs the statements instead of `con` where this process may only read the database.
         self.reader: ReadOnlyReader | None = None
 
@@ -92,7 +91,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # opening: the database cannot be read through a WAL index
-        # The memory tier's version words (see _memory.open_versions); None while none is open.
+        # The memory tier's version words (see _versionfile); None while none is open.
         self.words: memoryview | None = None
         _live_pools.add(self)
 
@@ -109,7 +108,8 @@ class ConnectionPool:
     def state(self) -> ThreadState:
         """This thread's state, opening its connection on first use."""
         try:
-            return self.local.state
+            current: ThreadState = self.local.state
+            return current
         except AttributeError:
             pass
         try:
@@ -133,7 +133,7 @@ class ConnectionPool:
         con = self.connect()
         try:
             self._configure(con)
-            con.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}").fetchall()
+            con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
             state = ThreadState(con, threading.current_thread())
             con.create_function(RELEASE_FUNCTION, 1, state.released.append)
             con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)

@@ -1,9 +1,10 @@
-"""Removing items: expire, evict by tag, clear, cull by policy, and the write path's check.
+"""The eviction part of a Cache: limits, culling, expiry, and the bookkeeping policies order by.
 
 Bulk removals run in batches of `_BATCH` rows per transaction, so the write lock is never held
-for long; a Timeout carries the count removed so far. Writes call `_check_size` once per
-`_check_every` bytes: it drops expired items first, then evicts by policy while the cache is
-over its size_limit (the overshoot per writing process is bounded by that interval).
+for long; a Timeout carries the count removed so far. The Store calls `check_size` once per
+`check_every` bytes written: it drops expired items first, then evicts by policy while the cache
+is over its size_limit (the overshoot per writing process is bounded by that interval). Reads
+and overwrites are noted in an `AccessLog` and written in batches (see _access.py).
 """
 
 from __future__ import annotations
@@ -13,37 +14,112 @@ from typing import Any
 
 from . import _reaper
 from . import _schema as sql
-from ._access import AccessLog
+from ._access import AccessLog, schedule_flush
 from ._arguments import check_tag
 from ._connections import ThreadState
 from ._errors import Timeout
-from ._memory import MemoryTier
+from ._settings import Settings, validate_setting
 from ._store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["EvictionMixin"]
+__all__ = ["Evictor"]
 
 _now = time.time
 _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
 
 
-class EvictionMixin(Store):
-    """expire/evict/clear/cull/volume for Cache, and the write path's size check."""
+class Evictor:
+    """Size limit, eviction policy and statistics of one cache; see the module docstring."""
 
-    _access: AccessLog
-    _memory: MemoryTier | None  # this object's memory tier (Cache sets it)
-    cull_limit: int
-    eviction_policy: str  # properties of Cache
-    size_limit: int
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.access = AccessLog(settings.eviction_policy, settings.statistics)
+        self.tracks_reads = self.access.tracks_reads  # whether a get must note anything
+        self.tracks_writes = self.access.tracks_writes
+        store.size_check = self.check_size
+        self.set_size_limit(settings.size_limit)
+
+    # --- settings with derived state ----------------------------------------------------------
+
+    def set_policy(self, value: Any) -> None:
+        self.settings.eviction_policy = validate_setting("eviction_policy", value)
+        self.access.set_policy(self.settings.eviction_policy)
+        self.tracks_reads = self.access.tracks_reads
+        self.tracks_writes = self.access.tracks_writes
+
+    def set_statistics(self, value: Any) -> None:
+        self.settings.statistics = validate_setting("statistics", value)
+        self.access.statistics = bool(self.settings.statistics)
+        self.tracks_reads = self.access.tracks_reads
+
+    def set_size_limit(self, value: Any) -> None:
+        self.settings.size_limit = validate_setting("size_limit", value)
+        # Check the limit every 1/128th of it (between 4 KiB and 1 MiB of writes): the cache
+        # may overshoot it by that much per process, never more.
+        self.store.check_every = min(max(self.settings.size_limit // 128, 4096), 2**20)
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+
+    def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None:
+        """A get found (or missed) `db_key` (call only when `tracks_reads`)."""
+        if self.access.record(db_key, raw, hit, now):
+            schedule_flush(self)
+
+    def note_write(self, db_key: Any, raw: Any, now: float) -> None:
+        """A set stored `db_key` (call only when `tracks_writes`)."""
+        if self.access.stored(db_key, raw, now):
+            schedule_flush(self)
+
+    def note_removed(self, db_key: Any, raw: Any) -> None:
+        """`db_key` was removed: nothing to refresh for it any more."""
+        if self.access.column is not None:
+            self.access.forget(db_key, raw)
 
     def flush_access_log(self, timeout: float | None = None) -> None:
-        raise NotImplementedError
+        """Write this process's batched bookkeeping now; `timeout` replaces the cache's wait for
+        the write lock for this call (the background flusher waits briefly, retries later)."""
+        access = self.access
+        if not access.has_pending():
+            return
+        with access.flushing:  # `hits_misses` waits: the batch is counted nowhere meanwhile
+            batch = access.take()
+            state = self.store.state()
+            if timeout is not None:  # SQLite's busy handler waits; for this call, not so long
+                state.execute(sql.set_pragma("busy_timeout", int(timeout * 1000)))
+            try:
+                with self.store.transaction() as state:
+                    access.write(state.con, batch)
+            except Exception:
+                access.give_back(batch)
+                raise
+            finally:
+                if timeout is not None:
+                    state.execute(sql.set_pragma("busy_timeout", int(self.store.timeout * 1000)))
+
+    def close_connection(self) -> None:
+        """Close the calling thread's connection (the flusher's, between its rounds)."""
+        self.store.pool.close_current()
+
+    def hits_misses(self, reset: bool) -> tuple[int, int]:
+        """Hits and misses counted so far (stored and pending); with `reset`, zero them."""
+        with self.access.flushing:  # not while a batch is between memory and the database
+            rows = dict(self.store.read(sql.SELECT_HITS_MISSES))
+            result = (rows["hits"] + self.access.hits, rows["misses"] + self.access.misses)
+        if reset:
+            pending, _, _ = self.access.take()
+            with self.store.transaction() as state:
+                self.access.write(state.con, (pending, 0, 0))
+                state.execute(sql.RESET_HITS_MISSES)
+        return result
+
+    # --- removals -------------------------------------------------------------------------------
 
     def _delete_batches(self, statement: str, params: tuple[Any, ...], retry: bool) -> int:
         """Run a batched DELETE until it removes nothing; Timeout carries the count so far."""
         count = 0
         while True:
             try:
-                removed = self._write(statement, params + (_BATCH,), retry).rowcount
+                removed = self.store.write(statement, params + (_BATCH,), retry).rowcount
             except Timeout:
                 raise Timeout(count) from None
             if removed <= 0:
@@ -62,24 +138,18 @@ class EvictionMixin(Store):
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many."""
-        try:
-            return self._delete_batches(sql.DELETE_ANY, (), retry)
-        finally:
-            # The triggers have invalidated every entry (in every process); free them here.
-            if self._memory is not None:
-                self._memory.clear()
+        return self._delete_batches(sql.DELETE_ANY, (), retry)
 
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
         count = self.expire(retry=retry)
-        cull_select = sql.EVICTION_POLICY[self.eviction_policy]["cull"]
-        if cull_select is None:
+        delete = sql.DELETE_BY_POLICY.get(self.settings.eviction_policy)
+        if delete is None:
             return count
         self.flush_access_log()
-        delete = sql.DELETE_BY_POLICY[self.eviction_policy]
         try:
-            while self.volume() > self.size_limit:
-                removed = self._write(delete, (_BATCH // 10,), retry).rowcount
+            while self.volume() > self.settings.size_limit:
+                removed = self.store.write(delete, (_BATCH // 10,), retry).rowcount
                 if removed <= 0:
                     break
                 count += removed
@@ -88,28 +158,30 @@ class EvictionMixin(Store):
         _reaper.drain()
         return count
 
-    def _check_size(self) -> None:
+    def check_size(self) -> None:
         """The periodic write-path check: drop expired items, then cull if over the limit."""
-        budget = min(self.cull_limit * (self._unchecked // MIN_WRITE_CHARGE), 1000)
-        self._unchecked = 0
-        if self.cull_limit == 0:
+        store, settings = self.store, self.settings
+        cull_limit = settings.cull_limit
+        budget = min(cull_limit * (store.unchecked // MIN_WRITE_CHARGE), 1000)
+        store.unchecked = 0
+        if cull_limit == 0:
             return
         try:
-            with self._transaction() as state:
-                state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, self.cull_limit)))
-                delete = sql.DELETE_BY_POLICY.get(self.eviction_policy)
+            with store.transaction() as state:
+                state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, cull_limit)))
+                delete = sql.DELETE_BY_POLICY.get(settings.eviction_policy)
                 if delete is None:
                     return
                 volume = self._volume(state)
-                over = volume > self.size_limit
+                over = volume > settings.size_limit
                 if over:
-                    batch = self._access.take()
-                    self._access.write(state.con, batch)
+                    batch = self.access.take()
+                    self.access.write(state.con, batch)
                     over = self._evict_until_within(state, delete, volume)
         except Timeout:
             return  # busy: the write itself succeeded; check again on a later write
         if over:
-            self._unchecked = self._check_every  # still over: check again on the next write
+            store.unchecked = store.check_every  # still over: check again on the next write
 
     def _evict_until_within(self, state: ThreadState, delete: str, volume: int) -> bool:
         """Evict up to cull_limit victims in policy order, stopping as soon as the volume is
@@ -120,26 +192,28 @@ class EvictionMixin(Store):
         written along with older ones; the rest in one statement once a removal frees nothing
         (inline rows free database pages only when a page empties).
         """
+        cull_limit, size_limit = self.settings.cull_limit, self.settings.size_limit
         removed = 0
         step = 1
-        while removed < self.cull_limit:
+        while removed < cull_limit:
             count = state.execute(delete, (step,)).rowcount
             if count <= 0:
                 break
             removed += count
             after = self._volume(state)
-            if after <= self.size_limit:
+            if after <= size_limit:
                 return False
             if after >= volume:
-                step = self.cull_limit - removed
+                step = cull_limit - removed
             volume = after
         return True
 
-    def _volume(self, state: ThreadState) -> int:
+    @staticmethod
+    def _volume(state: ThreadState) -> int:
         used_pages, page_size, file_bytes = state.execute(sql.VOLUME).fetchone()
-        return used_pages * page_size + (file_bytes or 0)
+        return int(used_pages * page_size + (file_bytes or 0))
 
     def volume(self) -> int:
         """Estimated bytes on disk: database pages in use plus value files."""
-        ((used_pages, page_size, file_bytes),) = self._read(sql.VOLUME)
-        return used_pages * page_size + (file_bytes or 0)
+        ((used_pages, page_size, file_bytes),) = self.store.read(sql.VOLUME)
+        return int(used_pages * page_size + (file_bytes or 0))

@@ -42,6 +42,7 @@ from ._errors import Timeout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
+from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, validate_settings
 from ._persistent import Deque, Index
 
 __all__ = ["MAX_SHARDS", "FanoutCache", "FanoutStats", "placement_hash"]
@@ -179,21 +180,10 @@ class _Shard(Cache):
     evicting it at the next size check (a silent loss). Used for FanoutCache's shards, whose
     limit is a fraction of the total the user chose."""
 
-    def _prepare(
-        self, key: Any, value: Any, expire: Any, read: bool, tag: Any
-    ) -> tuple[tuple[Any, ...], int]:
-        params, charge = super()._prepare(key, value, expire, read, tag)
-        size, filename, db_value = params[5], params[7], params[8]
-        if not size and type(db_value) in (bytes, str):
-            size = len(db_value)
-        if size > self.size_limit:
-            if filename is not None:
-                self._remove_file(filename)
-            raise ValueError(
-                f"item of {size} bytes exceeds its shard's size limit of {self.size_limit} "
-                "bytes (FanoutCache splits size_limit evenly over its shards)"
-            )
-        return params, charge
+    _oversize_message = (
+        "item of {size} bytes exceeds its shard's size limit of {limit} bytes (FanoutCache"
+        " splits size_limit evenly over its shards)"
+    )
 
 
 class FanoutCache(AsyncDataMixin):
@@ -226,11 +216,11 @@ class FanoutCache(AsyncDataMixin):
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
         check_timeout(timeout)
-        checked = sql.validate_settings(settings)
+        checked = validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.
         total = checked.pop("size_limit", None)
         # The memory tier's bounds are totals for this object too, split like size_limit.
-        memory_limits = {name: checked.pop(name, default) for name, default in sql.MEMORY_DEFAULTS.items()}
+        memory_limits = {name: checked.pop(name, default) for name, default in MEMORY_DEFAULTS.items()}
         directory = open_cache_directory(directory)
         layout = self._layout(directory, shards)
 
@@ -238,7 +228,7 @@ class FanoutCache(AsyncDataMixin):
         self._count = shards
         self._timeout = timeout
         self._disk_type = disk
-        default_total = sql.DEFAULT_SETTINGS["size_limit"] if total is None else total
+        default_total = DEFAULT_SETTINGS["size_limit"] if total is None else total
         shares = _split(default_total, shards)
         memory_shares = {name: _memory_shares(value, shards) for name, value in memory_limits.items()}
         cache_list = []
@@ -340,7 +330,7 @@ class FanoutCache(AsyncDataMixin):
 
     def __getattr__(self, name: str) -> Any:
         # Settings read through to shard 0, as in python-diskcache (all shards share them).
-        if name in sql.DEFAULT_SETTINGS:
+        if name in DEFAULT_SETTINGS:
             return getattr(self._shards[0], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -591,7 +581,7 @@ class FanoutCache(AsyncDataMixin):
         self._split_memory_limit("memory_item_limit", value)
 
     def _split_memory_limit(self, name: str, value: int) -> None:
-        shares = _memory_shares(sql.validate_settings({name: value})[name], self._count)
+        shares = _memory_shares(validate_settings({name: value})[name], self._count)
         for shard, share in zip(self._shards, shares):
             setattr(shard, name, share)
 
@@ -609,7 +599,7 @@ class FanoutCache(AsyncDataMixin):
             results = [shard.reset(key) for shard in self._shards]
             return sum(results) if key == "size_limit" else results[0]
         if key == "size_limit":
-            shares = _split(sql.validate_settings({key: value})[key], self._count)
+            shares = _split(validate_settings({key: value})[key], self._count)
             for shard, share in zip(self._shards, shares):
                 shard.reset(key, share)
             return value
@@ -703,7 +693,7 @@ class FanoutCache(AsyncDataMixin):
         self.close()
 
     def __getstate__(self) -> tuple[Any, ...]:
-        memory = {name: getattr(self, name) for name in sql.MEMORY_DEFAULTS}
+        memory = {name: getattr(self, name) for name in MEMORY_DEFAULTS}
         return (self._directory, self._count, self._timeout, self._disk_type, memory)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:

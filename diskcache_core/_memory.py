@@ -46,44 +46,33 @@ and the commit.
 
 from __future__ import annotations
 
-import errno
 import math
-import mmap
 import os
-import os.path as op
 import random
-import stat
-import struct
 import threading
+import time
 import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
-from ._errors import DatabaseError, storage_error
-from ._ownership import PRIVATE, Ownership
+from ._versionfile import BUCKETS, HEADER_WORDS
 
 __all__ = [
     "ABSENT",
-    "BUCKETS",
-    "IMMUTABLE_TYPES",
-    "VERSION_FILE",
+    "Entry",
+    "Fill",
     "MemoryStats",
     "MemoryTier",
     "change_recorder",
-    "open_versions",
     "pre_index",
     "publish",
 ]
 
-VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
-BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
-_MAGIC = b"DCMEMV1\0"
-_HEADER_WORDS = 8  # 64 bytes: magic, bucket count, then reserved
-_HEADER = struct.pack("<8sQ", _MAGIC, BUCKETS).ljust(8 * _HEADER_WORDS, b"\0")
-FILE_SIZE = 8 * (_HEADER_WORDS + 2 * BUCKETS)
+_HEADER_WORDS = HEADER_WORDS
 _MASK = BUCKETS - 1
+_now = time.time
 
 # A rough per-entry cost in bytes beyond the key and value (the entry tuple, the map's node and
 # slot): counted towards memory_size_limit so that many small items cannot exceed it by much.
@@ -173,110 +162,6 @@ def publish(words: memoryview, versions: dict[int, int]) -> None:
             words[index + 1] = nonce
 
 
-# --- the version file ---------------------------------------------------------------------------
-
-
-def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
-    """The version words shared by every process using `directory` (a writable one: where this
-    process may only read, the memory tier stays off and nothing is opened).
-
-    The file is created if missing and its header checked; the creation
-    and any repair only ever extend the file and write the same header bytes, so processes that
-    race here all end up mapping the same file, with no word reset.
-
-    Every block of the file is allocated before it is mapped (`_allocate`): a store into a
-    mapped page with no block behind it kills the process with SIGBUS when the disk is full.
-    One mapping per file is shared by every Cache of this process (one file descriptor).
-    """
-    path = op.join(directory, VERSION_FILE)
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, ownership.file_mode)
-    except OSError as exc:
-        raise DatabaseError(f"cannot open the memory tier's version file {path!r}: {exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DatabaseError(f"{path!r} is not a regular file")
-        identity = (info.st_dev, info.st_ino)
-        with _mappings_lock:
-            if info.st_size == 0:
-                ownership.apply(fd)  # new: the database file's modes and owner
-            os.lseek(fd, 0, os.SEEK_SET)
-            header = os.read(fd, len(_HEADER))
-            if header[:8] == _MAGIC and header != _HEADER:
-                raise DatabaseError(
-                    f"{path!r} was made by a different version of diskcache_core (another bucket"
-                    " layout); remove it once no process uses the cache"
-                )
-            if info.st_size < FILE_SIZE or info.st_blocks * 512 < FILE_SIZE:
-                _allocate(fd, info.st_size)  # a fully allocated file is left untouched
-            if header != _HEADER:
-                # New (empty) or damaged: write its header. Never truncates below the size other
-                # processes map, never resets a word that is in use.
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.write(fd, _HEADER)
-                os.fsync(fd)  # a power loss must not leave the name with no content
-            words = _shared_words(identity)
-            if words is not None:
-                return words
-            mapping = mmap.mmap(fd, FILE_SIZE, access=mmap.ACCESS_WRITE)  # shared, read-write
-            words = memoryview(mapping).cast("Q")  # the view keeps the mapping alive
-            _mappings[identity] = (weakref.ref(words), fd)
-            weakref.finalize(words, _forget_mapping, identity, fd)
-            fd = -1  # kept open while the mapping lives: it tells whether the file was removed
-            return words
-    except OSError as exc:
-        raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
-    finally:
-        if fd != -1:
-            os.close(fd)
-
-
-# Version words per file (device, inode) -> (the words, a descriptor of the file), shared by the
-# Caches of this process so that each file costs one mapping however many Caches open it.
-_mappings: dict[tuple[int, int], tuple[weakref.ref[memoryview], int]] = {}
-_mappings_lock = threading.RLock()  # re-entrant: a finalizer may run inside it, during gc
-
-
-def _shared_words(identity: tuple[int, int]) -> memoryview | None:
-    """This process's mapping of the file `identity`, unless that file has been removed since
-    (its inode number may then name a new file)."""
-    entry = _mappings.get(identity)
-    if entry is None:
-        return None
-    words = entry[0]()
-    if words is None or os.fstat(entry[1]).st_nlink == 0:
-        return None
-    return words
-
-
-def _forget_mapping(identity: tuple[int, int], fd: int) -> None:
-    with _mappings_lock:
-        entry = _mappings.get(identity)
-        if entry is not None and entry[1] == fd:
-            del _mappings[identity]
-    os.close(fd)
-
-
-def _allocate(fd: int, size: int) -> None:
-    """Give the version file its size with every block allocated (the contents stay).
-
-    Where the platform has no ``posix_fallocate``, the file is extended sparse (as a plain
-    ``ftruncate``): there a full disk can still fault a first store into a page.
-    """
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, 0, FILE_SIZE)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
-    if size < FILE_SIZE:
-        os.ftruncate(fd, FILE_SIZE)
-
-
 # --- the in-process map --------------------------------------------------------------------------
 
 
@@ -291,15 +176,48 @@ class MemoryStats(NamedTuple):
     item_limit: int  #: memory_item_limit
 
 
-# An entry: (stored, fetch_mode, index, tag, expire_time, db_key, raw, nbytes). `stored` is the
-# value itself when `fetch_mode` is None, the serialized column value to decode on a hit when it
-# is a mode, and nothing when it is ABSENT: the key was missing (or expired) in the database.
-Entry = tuple
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__slots__": ()})()
 
 
+class Entry:
+    """One kept item: its value (or that it is absent) and the tag that validates it.
+
+    `stored` is the value itself when `fetch_mode` is None, the serialized column value to decode
+    on each hit when it is a Disk mode, and nothing when `fetch_mode` is ABSENT: the key was
+    missing (or expired) in the database. `tag` is the bucket's ``pre`` word the entry is valid
+    for (`index` is that word's index).
+    """
+
+    __slots__ = ("stored", "fetch_mode", "index", "tag", "expire_time", "db_key", "raw", "nbytes")
+
+    def __init__(
+        self, stored: Any, fetch_mode: Any, index: int, tag: int, expire_time: float | None,
+        db_key: Any, raw: Any, nbytes: int,
+    ) -> None:
+        self.stored = stored
+        self.fetch_mode = fetch_mode
+        self.index = index
+        self.tag = tag
+        self.expire_time = expire_time
+        self.db_key = db_key
+        self.raw = raw
+        self.nbytes = nbytes
+
+
+class Fill(NamedTuple):
+    """A read's permission to keep what its SELECT finds (`begin_fill`); `version` None: the old
+    entry must go, and nothing may be kept."""
+
+    map_key: Hashable
+    word: int  # index of the bucket's ``pre`` word
+    version: int | None
+
+
 class MemoryTier:
-    """One cache's entries in this process: an LRU map bounded in bytes and items.
+    """One cache's entries in this process: an LRU map bounded in bytes and items, and the rules
+    that keep it exact (the module docstring): `lookup` answers only from valid entries,
+    `begin_fill`/`finish_fill` keep what a read found, `after_write`/`after_delete` keep what a
+    write committed.
 
     Lookups take no lock (single dict operations are atomic); inserts and removals take `lock`
     so that the byte count stays exact. Hit and miss counts are plain increments: exact with one
@@ -307,7 +225,8 @@ class MemoryTier:
     """
 
     def __init__(
-        self, words: memoryview, size_limit: int, item_limit: int, plain_keys: bool, put: Any
+        self, words: memoryview, size_limit: int, item_limit: int, plain_keys: bool,
+        faithful: bool, put: Callable[[Any], tuple[Any, Any]],
     ) -> None:
         self.words = words
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
@@ -317,15 +236,13 @@ class MemoryTier:
         self.lock = threading.Lock()
         self.size_limit = size_limit
         self.item_limit = item_limit
-        # One item may take at most this share of the byte budget, so that one large value does
-        # not flush everything else.
-        self.max_entry = size_limit // 8
-        # Below these the map has room to spare: written values are kept.
-        self.spare_size = size_limit - size_limit // 8
-        self.spare_items = item_limit - item_limit // 8
+        self._set_bounds()
         # With the standard Disk.put, str and bytes keys are their own database key (raw): the
         # map is keyed by them directly, and a hit needs no put().
         self.plain_keys = plain_keys
+        # With the standard Disk.store and fetch, a written value of an immutable type is what a
+        # get returns: it is kept as it is (else its serialized form is kept and decoded).
+        self.faithful = faithful
         # Admission: a bitmap of the hashes of keys read (or written) lately and not kept. A read
         # keeps a key (with no entry) only if it was seen lately: a key read once is not worth a
         # fill. A write keeps its value also while the map has room to spare. Once the map is
@@ -336,6 +253,138 @@ class MemoryTier:
         self.forget_after = item_limit
         self._put = put
         _tiers.add(self)
+
+    def _set_bounds(self) -> None:
+        # One item may take at most this share of the byte budget, so that one large value does
+        # not flush everything else.
+        self.max_entry = self.size_limit // 8
+        # Below these the map has room to spare: written values are kept.
+        self.spare_size = self.size_limit - self.size_limit // 8
+        self.spare_items = self.item_limit - self.item_limit // 8
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def lookup(self, key: Any) -> Entry | None:
+        """The entry that answers a get of `key` now, or None: no entry, or one a write has
+        invalidated since (its tag is no longer its bucket's ``pre``), or expired."""
+        kind = type(key)
+        if (kind is str or kind is bytes) and self.plain_keys:
+            map_key = key
+        else:
+            map_key = self.key_for(key)
+        entry = self.entries.get(map_key)
+        if entry is None or self.words[entry.index] != entry.tag:
+            return None
+        expires = entry.expire_time
+        if expires is not None and expires <= _now():
+            return None
+        self.hits += 1
+        try:
+            self.entries.move_to_end(map_key)
+        except KeyError:  # evicted by another thread just now
+            pass
+        return entry
+
+    def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
+        """Before the SELECT of a get the tier could not answer: may its result be kept?
+
+        A key with an entry (invalid or expired) is refilled; any other is kept only when it was
+        looked up lately. Either way only if its bucket is clean now (``pre == post``, both read
+        before the SELECT). None: nothing to keep and nothing to discard.
+        """
+        self.misses += 1
+        map_key = self.map_key(db_key, raw)
+        if map_key is None:
+            return None
+        entry = self.entries.get(map_key)
+        if entry is not None:
+            index: int | None = entry.index
+        elif self.seen_lately(map_key):
+            index = pre_index(db_key)  # None: a key of a type the tier does not keep
+        else:
+            return None
+        if index is None:
+            return None
+        words = self.words
+        version = words[index]
+        if words[index + 1] != version:  # a write is in progress, or its writer died
+            return Fill(map_key, index, None) if entry is not None else None
+        return Fill(map_key, index, version)
+
+    def finish_fill(
+        self, fill: Fill, value: Any, db_value: Any, mode: int, has_file: bool,
+        expire_time: float | None, db_key: Any, raw: Any,
+    ) -> None:
+        """After the SELECT found the item: keep it under the fill's version. An immutable value
+        is kept as it is; another one inline in the database as its serialized form (decoded
+        afresh on each hit); one from a value file is not kept."""
+        if fill.version is not None:
+            if type(value) in IMMUTABLE_TYPES:
+                self.store(fill.map_key, value, None, fill.word, fill.version, expire_time, db_key, raw)
+                return
+            if not has_file:
+                self.store(fill.map_key, db_value, mode, fill.word, fill.version, expire_time, db_key, raw)
+                return
+        self.discard(fill.map_key)
+
+    def finish_fill_absent(self, fill: Fill, db_key: Any, raw: Any) -> None:
+        """After the SELECT found no live item: keep that the key is absent."""
+        if fill.version is None:
+            self.discard(fill.map_key)
+        else:
+            self.store(fill.map_key, None, ABSENT, fill.word, fill.version, None, db_key, raw)
+
+    # --- writes (write-through) ---------------------------------------------------------------
+
+    def after_write(
+        self, db_key: Any, raw: Any, published: dict[int, int] | None, value: Any,
+        db_value: Any, mode: int, has_file: bool, expire_time: float | None,
+    ) -> None:
+        """After a set or add stored an item and committed: keep its value when that is provably
+        the committed one — the nonce its statement stored in ``pre`` (in `published`) is still
+        there, so no later write has started. Inside a transaction (`published` None) or with a
+        value file, the old entry just goes."""
+        kind = type(db_key)
+        if raw and (kind is str or kind is bytes) and self.plain_keys:
+            map_key: Hashable = db_key
+        else:
+            map_key = self.map_key(db_key, raw)
+        if not published or has_file or map_key is None:
+            self.discard(map_key)
+            return
+        entry = self.entries.get(map_key)
+        if entry is None and not self.admits_write(map_key):
+            return  # no room, and not seen lately: not kept
+        index = entry.index if entry is not None else pre_index(db_key)
+        if index is None:
+            return  # a key of a type the tier does not keep
+        version = published.get(index)
+        if version is None or self.words[index] != version:
+            self.discard(map_key)  # a later writer has started: its value may be newer
+            return
+        if self.faithful and type(value) in IMMUTABLE_TYPES:
+            self.store(map_key, value, None, index, version, expire_time, db_key, raw)
+        else:
+            self.store(map_key, db_value, mode, index, version, expire_time, db_key, raw)
+
+    def after_delete(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
+        """After a delete committed: keep "absent" if the key had an entry and no later writer
+        has started (the rule of `after_write`); else forget the entry."""
+        map_key = self.map_key(db_key, raw)
+        entry = self.entries.get(map_key)
+        if entry is None:
+            return
+        version = published.get(entry.index) if published else None
+        if version is not None and self.words[entry.index] == version:
+            self.store(map_key, None, ABSENT, entry.index, version, None, db_key, raw)
+        else:
+            self.discard(map_key)
+
+    def forget_key(self, db_key: Any, raw: Any) -> None:
+        """Forget the entry of a database key, if any (its item changed in a way not kept)."""
+        self.discard(self.map_key(db_key, raw))
+
+    # --- admission and keys ---------------------------------------------------------------------
 
     def seen_lately(self, map_key: Hashable) -> bool:
         """Whether `map_key` was looked up here lately (see `__init__`); notes it."""
@@ -371,7 +420,7 @@ class MemoryTier:
         return self.seen_lately(map_key)
 
     def key_for(self, key: Any) -> Hashable:
-        """The map key of a cache key (the hot path handles plain str/bytes keys inline)."""
+        """The map key of a cache key (`lookup` handles plain str/bytes keys inline)."""
         db_key, raw = self._put(key)
         return self.map_key(db_key, raw)
 
@@ -385,7 +434,8 @@ class MemoryTier:
         if raw and self.plain_keys:
             if type(db_key) is float and math.isnan(db_key):
                 return None
-            return db_key
+            key: Hashable = db_key
+            return key
         map_key = (db_key, raw)
         try:
             hash(map_key)
@@ -393,16 +443,11 @@ class MemoryTier:
             return None
         return map_key
 
+    # --- the map --------------------------------------------------------------------------------
+
     def store(
-        self,
-        map_key: Hashable,
-        stored: Any,
-        fetch_mode: int | None,
-        index: int,
-        tag: int,
-        expire_time: float | None,
-        db_key: Any,
-        raw: Any,
+        self, map_key: Hashable, stored: Any, fetch_mode: Any, index: int, tag: int,
+        expire_time: float | None, db_key: Any, raw: Any,
     ) -> None:
         """Keep an entry (replacing any for the key) and evict the least recently used beyond
         the bounds. `map_key` must not be None."""
@@ -413,7 +458,7 @@ class MemoryTier:
         if nbytes > self.max_entry:
             self.discard(map_key)
             return
-        entry = (stored, fetch_mode, index, tag, expire_time, db_key, raw, nbytes)
+        entry = Entry(stored, fetch_mode, index, tag, expire_time, db_key, raw, nbytes)
         entries = self.entries
         with self.lock:
             old = entries.get(map_key)
@@ -422,7 +467,7 @@ class MemoryTier:
                 self.size += nbytes
             else:
                 entries.move_to_end(map_key)
-                self.size += nbytes - old[7]
+                self.size += nbytes - old.nbytes
             if self.size > self.size_limit or len(entries) > self.item_limit:
                 self._evict()
             elif old is None:
@@ -433,7 +478,7 @@ class MemoryTier:
         entries = self.entries
         while entries and (self.size > self.size_limit or len(entries) > self.item_limit):
             _, evicted = entries.popitem(last=False)
-            self.size -= evicted[7]
+            self.size -= evicted.nbytes
         self._update_forget_after()
 
     def discard(self, map_key: Hashable) -> None:
@@ -442,7 +487,7 @@ class MemoryTier:
             with self.lock:
                 old = self.entries.pop(map_key, None)
                 if old is not None:
-                    self.size -= old[7]
+                    self.size -= old.nbytes
 
     def clear(self) -> None:
         """Forget every entry."""
@@ -458,9 +503,7 @@ class MemoryTier:
         with self.lock:
             self.size_limit = size_limit
             self.item_limit = item_limit
-            self.max_entry = size_limit // 8
-            self.spare_size = size_limit - size_limit // 8
-            self.spare_items = item_limit - item_limit // 8
+            self._set_bounds()
             self._evict()
 
     def stats(self, reset: bool = False) -> MemoryStats:

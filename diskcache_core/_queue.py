@@ -11,15 +11,20 @@ from typing import Any
 
 from . import _schema as sql
 from ._arguments import QUEUE_START, check_bindable, check_side, check_tag, expire_at, key_range, shape
+from ._disk import Disk
 from ._store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["QueueMixin"]
+__all__ = ["Queues"]
 
 _now = time.time
 
 
-class QueueMixin(Store):
-    """push/pull/peek/peekitem for Cache."""
+class Queues:
+    """push/pull/peek/peekitem over one cache's Store (Cache's queue methods call these)."""
+
+    def __init__(self, store: Store, disk: Disk) -> None:
+        self._store = store
+        self._disk = disk
 
     def push(
         self,
@@ -42,7 +47,7 @@ class QueueMixin(Store):
         if tag is not None:
             check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read)
-        with self._transaction(retry, new_file=filename) as state:
+        with self._store.transaction(retry, new_file=filename) as state:
             row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
             if row is None:
                 number = QUEUE_START
@@ -56,7 +61,7 @@ class QueueMixin(Store):
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
                 check_bindable("value", db_value)  # (the rollback removes any value file)
                 raise
-        self._settle(self._state(), max(size, MIN_WRITE_CHARGE))
+            state.charge += max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
         return db_key
 
     def pull(
@@ -78,7 +83,7 @@ class QueueMixin(Store):
         delete_unchanged_end = sql.QUEUE_DELETE_UNCHANGED_END[side]
         while True:  # each pass removes a row or sees another writer's change
             now = _now()
-            rows = self._read(sql.QUEUE_PEEK[side], (low, high))
+            rows = self._store.read(sql.QUEUE_PEEK[side], (low, high))
             if not rows:
                 return shape(default, None, None, expire_time, tag)
             rowid, db_key, _, db_expire, db_tag, mode, filename, db_value = rows[0]
@@ -89,7 +94,7 @@ class QueueMixin(Store):
                 except FileNotFoundError:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
-            if self._write(delete_unchanged_end, params, retry).rowcount and live:
+            if self._store.write(delete_unchanged_end, params, retry).rowcount and live:
                 return shape((db_key, value), db_expire, db_tag, expire_time, tag)
 
     def peek(
@@ -124,12 +129,12 @@ class QueueMixin(Store):
         has not expired, or None. Expired rows met on the way are deleted."""
         while True:
             now = _now()
-            rows = self._read(statement, params)
+            rows = self._store.read(statement, params)
             if not rows:
                 return None
             rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
             if db_expire is not None and db_expire < now:
-                self._write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
+                self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
                 value = self._disk.fetch(mode, filename, db_value, False)

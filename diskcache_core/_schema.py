@@ -1,4 +1,4 @@
-"""The database: SQL text, settings and their validation, schema creation and migration.
+"""The database: all SQL text of the library, schema creation and migration.
 
 Every statement is a constant string with ``?`` parameters, so sqlite3's statement cache (keyed
 by text) always hits. The Cache table has python-diskcache's columns; the triggers differ: they
@@ -7,43 +7,23 @@ keep ``size`` (bytes in value files) in the Settings table, firing only when it 
 
 from __future__ import annotations
 
-import pickle
-import re
 import sqlite3
-from typing import Any, Callable
+from typing import Any, NamedTuple
 
-from ._disk import _CODEC_FACTORIES, _codec
 
 __all__ = [
     "DBNAME",
-    "DEFAULT_SETTINGS",
     "EVICTION_POLICY",
     "METADATA",
+    "POLICIES",
     "SCHEMA_VERSION",
+    "Policy",
     "create_or_migrate",
-    "validate_settings",
 ]
 
 DBNAME = "cache.db"
+LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
 SCHEMA_VERSION = 1
-
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "statistics": 0,  # False
-    "tag_index": 0,  # False
-    "eviction_policy": "least-recently-stored",
-    "size_limit": 2**30,  # 1 GiB
-    "cull_limit": 10,
-    "sqlite_auto_vacuum": 1,  # FULL
-    "sqlite_cache_size": 2**13,  # 8,192 pages
-    "sqlite_journal_mode": "wal",
-    "sqlite_mmap_size": 2**26,  # 64 MiB
-    "sqlite_synchronous": 1,  # NORMAL
-    "disk_min_file_size": 2**15,  # 32 KiB
-    "disk_pickle_protocol": pickle.HIGHEST_PROTOCOL,
-    "disk_compress": None,  # None, 'zlib', 'zstd' or 'lz4'
-    "disk_compress_level": None,  # None: the compressor's default
-    "disk_compress_threshold": 1024,  # bytes; smaller values are never compressed
-}
 
 # Counters kept in the Settings table by a trigger (size) or by batched flushes (hits, misses).
 # They are not settings: passing them to Cache() is an error. There is no stored count: a
@@ -51,39 +31,42 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 # delete), while SELECT COUNT(*) walks the key index at about 4 ms per million items.
 METADATA: dict[str, int] = {"size": 0, "hits": 0, "misses": 0}
 
-# Rows python-diskcache kept in its Settings table that are neither settings nor our counters;
-# ignored when one of its caches is opened.
-PEER_ONLY_ROWS = frozenset({"count"})
 
-# The memory tier's bounds (see _memory.py): per Cache object and process, from code only.
-# 0 for either turns the tier off.
-MEMORY_DEFAULTS: dict[str, int] = {
-    "memory_size_limit": 2**22,  # 4 MiB
-    "memory_item_limit": 10_000,
+class Policy(NamedTuple):
+    """An eviction policy: the index it needs, the columns the access log refreshes, and the
+    statement that picks victims (None: the policy never evicts)."""
+
+    create_index: str | None  # CREATE INDEX statement
+    index_name: str | None
+    read_column: str | None  # refreshed by a get (batched, see _access)
+    write_column: str | None  # refreshed by an overwrite (batched likewise)
+    cull: str | None  # SELECT rowid ... LIMIT ?: the victims, in order
+
+
+def _policy(column: str | None, read: bool, write: bool) -> Policy:
+    if column is None:
+        return Policy(None, None, None, None, None)
+    name = f"Cache_{column}"
+    return Policy(
+        f"CREATE INDEX IF NOT EXISTS {name} ON Cache ({column})",
+        name,
+        column if read else None,
+        column if write else None,
+        f"SELECT rowid FROM Cache ORDER BY {column} LIMIT ?",
+    )
+
+
+POLICIES: dict[str, Policy] = {
+    "none": _policy(None, False, False),
+    "least-recently-stored": _policy("store_time", False, True),
+    "least-recently-used": _policy("access_time", True, True),
+    "least-frequently-used": _policy("access_count", True, False),
 }
 
-# Settings never stored: the Disk's allow-list (a database someone else can write must not be
-# able to widen SafeDisk's allow-list), and the memory tier's bounds (per process).
-CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", *MEMORY_DEFAULTS})
-
-# Per eviction policy: the index it needs, what a read records, and how to pick victims.
+#: python-diskcache's view of the policies: the index, the column a get refreshes, the victims.
 EVICTION_POLICY: dict[str, dict[str, str | None]] = {
-    "none": {"init": None, "get": None, "cull": None},
-    "least-recently-stored": {
-        "init": "CREATE INDEX IF NOT EXISTS Cache_store_time ON Cache (store_time)",
-        "get": None,
-        "cull": "SELECT rowid FROM Cache ORDER BY store_time LIMIT ?",
-    },
-    "least-recently-used": {
-        "init": "CREATE INDEX IF NOT EXISTS Cache_access_time ON Cache (access_time)",
-        "get": "access_time",
-        "cull": "SELECT rowid FROM Cache ORDER BY access_time LIMIT ?",
-    },
-    "least-frequently-used": {
-        "init": "CREATE INDEX IF NOT EXISTS Cache_access_count ON Cache (access_count)",
-        "get": "access_count",
-        "cull": "SELECT rowid FROM Cache ORDER BY access_count LIMIT ?",
-    },
+    name: {"init": policy.create_index, "get": policy.read_column, "cull": policy.cull}
+    for name, policy in POLICIES.items()
 }
 
 # --- statements on the hot path ---------------------------------------------------------------
@@ -222,10 +205,48 @@ DELETE_TAGGED = "DELETE FROM Cache WHERE rowid IN (SELECT rowid FROM Cache WHERE
 DELETE_ANY = "DELETE FROM Cache WHERE rowid IN (SELECT rowid FROM Cache LIMIT ?)"
 
 DELETE_BY_POLICY = {
-    policy: "DELETE FROM Cache WHERE rowid IN (" + spec["cull"] + ")"
-    for policy, spec in EVICTION_POLICY.items()
-    if spec["cull"] is not None
+    name: "DELETE FROM Cache WHERE rowid IN (" + policy.cull + ")"
+    for name, policy in POLICIES.items()
+    if policy.cull is not None
 }
+
+# --- settings, counters, bookkeeping and maintenance -----------------------------------------
+
+SELECT_SETTINGS = "SELECT key, value FROM Settings"
+SELECT_SETTING = "SELECT value FROM Settings WHERE key = ?"
+STORE_SETTING = "INSERT OR REPLACE INTO Settings VALUES (?, ?)"
+SELECT_HITS_MISSES = "SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"
+RESET_HITS_MISSES = "UPDATE Settings SET value = 0 WHERE key IN ('hits', 'misses')"
+ADD_TO_COUNTER = "UPDATE Settings SET value = value + ? WHERE key = ?"
+SELECT_STORED_SIZE = "SELECT value FROM Settings WHERE key = 'size'"
+SELECT_ACTUAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM Cache"
+STORE_SIZE = "UPDATE Settings SET value = ? WHERE key = 'size'"
+MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
+PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
+INTEGRITY_CHECK = "PRAGMA integrity_check"
+VACUUM = "VACUUM"
+
+# The access log's batched refreshes (see _access), per column a policy orders by. A time only
+# moves forward, so a late batch never undoes a newer one.
+REFRESH_COLUMN = {
+    "store_time": "UPDATE Cache SET store_time = ?1 WHERE key = ?2 AND raw = ?3 AND store_time < ?1",
+    "access_time": (
+        "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
+    ),
+    "access_count": "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3",
+}
+
+
+def read_pragma(name: str) -> str:
+    """The statement reading pragma `name` (a validated identifier, see _settings)."""
+    return f"PRAGMA {name}"
+
+
+def set_pragma(name: str, value: Any) -> str:
+    """The statement setting pragma `name` to `value` (both validated: PRAGMA takes no
+    parameters, so they are spliced into the text)."""
+    return f"PRAGMA {name} = {value}"
+
 
 # --- schema ---------------------------------------------------------------------------------
 
@@ -297,92 +318,6 @@ VERSION_TRIGGERS = (
 TAG_INDEX_CREATE = "CREATE INDEX IF NOT EXISTS Cache_tag_rowid ON Cache(tag, rowid) WHERE tag IS NOT NULL"
 TAG_INDEX_DROP = "DROP INDEX IF EXISTS Cache_tag_rowid"
 
-# --- settings -------------------------------------------------------------------------------
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _int(name: str, value: Any, minimum: int | None = 0, maximum: int | None = None) -> int:
-    if type(value) is not int:
-        raise TypeError(f"setting {name!r} must be an int, not {type(value).__name__}: {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"setting {name!r} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"setting {name!r} must be <= {maximum}, got {value}")
-    return value
-
-
-def _flag(name: str, value: Any) -> int:
-    if value in (0, 1) and type(value) in (bool, int):
-        return int(value)
-    raise TypeError(f"setting {name!r} must be True or False, not {value!r}")
-
-
-def _policy(name: str, value: Any) -> str:
-    if value not in EVICTION_POLICY:
-        choices = ", ".join(repr(policy) for policy in EVICTION_POLICY)
-        raise ValueError(f"unknown eviction_policy {value!r}; choose one of: {choices}")
-    return value
-
-
-def _compressor(name: str, value: Any) -> str | None:
-    if value is not None:
-        if value not in _CODEC_FACTORIES:
-            choices = ", ".join(sorted(_CODEC_FACTORIES))
-            raise ValueError(f"unknown compressor {value!r} for {name!r}; choose one of: {choices}")
-        _codec(value)  # import it now: a compressor that is not installed fails before any write
-    return value
-
-
-def _optional_int(name: str, value: Any) -> int | None:
-    return None if value is None else _int(name, value, minimum=None)
-
-
-def _pragma(name: str, value: Any) -> Any:
-    # Pragma values are spliced into SQL text (PRAGMA takes no parameters): allow only numbers
-    # and bare words.
-    if not _IDENTIFIER.match(name[len("sqlite_"):]):
-        raise ValueError(f"invalid SQLite pragma name in setting {name!r}")
-    if type(value) in (int, float) or (type(value) is str and _IDENTIFIER.match(value)):
-        return value
-    raise ValueError(f"setting {name!r} must be a number or a bare word, not {value!r}")
-
-
-_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
-    "statistics": _flag,
-    "tag_index": _flag,
-    "eviction_policy": _policy,
-    "size_limit": _int,
-    "cull_limit": _int,
-    "disk_min_file_size": _int,
-    "disk_pickle_protocol": lambda name, value: _int(name, value, 0, pickle.HIGHEST_PROTOCOL),
-    "disk_compress": _compressor,
-    "disk_compress_level": _optional_int,
-    "disk_compress_threshold": _int,
-    "memory_size_limit": _int,
-    "memory_item_limit": _int,
-}
-
-
-def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """Check every setting's name and value; return them normalised. Raises before any I/O."""
-    checked = {}
-    for name, value in settings.items():
-        if name in METADATA:
-            raise ValueError(f"{name!r} is a counter the cache keeps, not a setting")
-        validator = _VALIDATORS.get(name)
-        if validator is not None:
-            checked[name] = validator(name, value)
-        elif name.startswith("sqlite_"):
-            checked[name] = _pragma(name, value)
-        elif name.startswith("disk_"):
-            checked[name] = value  # options of a custom Disk: its constructor checks them
-        else:
-            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS}))
-            raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
-    return checked
-
-
 # --- creation and migration -------------------------------------------------------------------
 
 
@@ -391,9 +326,9 @@ def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
     names = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
     needed = {"Settings", "Cache", "Cache_key_raw", "Cache_expire_time_partial"}
     needed.update(("Cache_size_insert", "Cache_size_update", "Cache_size_delete"))
-    policy_index = EVICTION_POLICY[policy]["init"]
-    if policy_index is not None:
-        needed.add(policy_index.split()[5])
+    index_name = POLICIES[policy].index_name
+    if index_name is not None:
+        needed.add(index_name)
     if tag_index:
         needed.add("Cache_tag_rowid")
     elif "Cache_tag_rowid" in names:
@@ -427,7 +362,7 @@ def create_or_migrate(
         con.execute(_EXPIRE_INDEX)
         for statement in _COUNTER_TRIGGERS:
             con.execute(statement)
-        policy_index = EVICTION_POLICY[policy]["init"]
+        policy_index = POLICIES[policy].create_index
         if policy_index is not None:
             con.execute(policy_index)
         con.execute(TAG_INDEX_CREATE if wanted["tag_index"] else TAG_INDEX_DROP)

@@ -1,14 +1,11 @@
-"""Store: running statements on this thread's connection, transactions, and value-file upkeep.
+"""Store: one cache database — statements on this thread's connection, transactions, and the
+one after-commit hook.
 
-The base of Cache (and of its queue and eviction faces). A write runs as one autocommit
-statement, or inside `transact`; afterwards the value files it released are removed — only
-once it has committed (invariant 2), and never when it rolled back — and the bytes it wrote
-count towards the next size check.
-
-The memory tier's version words: triggers bump a changed key's bucket inside each statement
-(``state.versions``); every place below where a transaction ends — an autocommit statement done,
-a COMMIT, a ROLLBACK — publishes them (`_memory.publish`). A statement with RETURNING commits only
-when its rows have been read, so `_write(..., settle=False)` leaves that to `_settle`.
+A write runs as one autocommit statement, or inside `transaction`. When its transaction has
+ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
+bumped (the triggers record them in ``state.versions``; see _memory.py), hand the value files
+it released to the reaper (only once committed, invariant 2 — never after a rollback), and
+count the bytes it wrote towards the next size check (`size_check`, the eviction part's).
 """
 
 from __future__ import annotations
@@ -17,83 +14,111 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from . import _reaper
-from ._connections import ConnectionPool, ThreadState
+from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
 from ._memory import publish
 
-__all__ = ["MIN_WRITE_CHARGE", "Store"]
+__all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
+
+
+class Written(NamedTuple):
+    """What a write statement did: rows changed, and the memory-tier versions it published
+    (None inside a transaction: they are published at its end)."""
+
+    rowcount: int
+    published: dict[int, int] | None
+
+
+def _no_size_check() -> None:
+    pass
 
 
 class Store:
     """Statement execution and transactions over a ConnectionPool; see the module docstring."""
 
-    _pool: ConnectionPool
-    _local: threading.local
-    _disk: Disk
-    _timeout: float
-    _unchecked: int  # bytes written since the last size check
-    _check_every: int
-    _words: memoryview | None  # the memory tier's version words (None on read-only media)
+    def __init__(self, pool: ConnectionPool, timeout: float, disk: Disk) -> None:
+        self.pool = pool
+        self.timeout = timeout
+        self.disk = disk
+        self.local: threading.local = pool.local
+        # Bytes written since the last size check, and the check (set by the eviction part).
+        self.unchecked = 0
+        self.check_every = 2**20
+        self.size_check: Callable[[], None] = _no_size_check
 
-    def _check_size(self) -> None:
-        """The write path's periodic size and expiry check (EvictionMixin provides it)."""
-        raise NotImplementedError
-
-    def _state(self) -> ThreadState:
+    def state(self) -> ThreadState:
+        """This thread's connection state (opened on first use)."""
         try:
-            return self._local.state
+            state: ThreadState = self.local.state
+            return state
         except AttributeError:
-            return self._pool.state()
+            return self.pool.state()
 
-    def _read(self, statement: str, params: Any = ()) -> list[Any]:
+    # --- reads --------------------------------------------------------------------------------
+
+    def read(self, statement: str, params: Any = ()) -> list[Any]:
         """Run a read statement; reads never wait on writers in WAL mode, but may retry."""
         try:
-            execute = self._local.execute
+            execute = self.local.execute
         except AttributeError:
-            execute = self._pool.state().execute
+            execute = self.pool.state().execute
         try:
-            return execute(statement, params).fetchall()
+            rows: list[Any] = execute(statement, params).fetchall()
+            return rows
         except sqlite3.Error as exc:
             return self._retry_read(exc, statement, params)
 
-    def _retry_read(self, exc: sqlite3.Error, statement: str, params: Any) -> list[Any]:
+    def read_one(self, statement: str, params: Any, retry: bool = False) -> Any:
+        """The first row of a read statement, or None (the hot path's lookup). `retry`: wait
+        as long as the database stays busy, instead of the timeout."""
+        try:
+            execute = self.local.execute
+        except AttributeError:
+            execute = self.pool.state().execute
+        try:
+            return execute(statement, params).fetchone()
+        except sqlite3.Error as exc:
+            rows = self._retry_read(exc, statement, params, retry)
+            return rows[0] if rows else None
+
+    def _retry_read(
+        self, exc: sqlite3.Error, statement: str, params: Any, retry: bool = False
+    ) -> list[Any]:
         if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
             # Another thread's close() closed this connection under us: read on a new one.
-            return self._pool.state().execute(statement, params).fetchall()
-        deadline = time.monotonic() + self._timeout
-        while is_busy(exc) and time.monotonic() < deadline:
+            rows: list[Any] = self.pool.state().execute(statement, params).fetchall()
+            return rows
+        deadline = time.monotonic() + self.timeout
+        while is_busy(exc) and (retry or time.monotonic() < deadline):
             time.sleep(0.001)
             try:
-                return self._state().execute(statement, params).fetchall()
+                rows = self.state().execute(statement, params).fetchall()
+                return rows
             except sqlite3.Error as again:
                 exc = again
-        raise translate_sqlite_error(exc, self._pool.path) from exc
+        raise translate_sqlite_error(exc, self.pool.path) from exc
 
-    def _write(
-        self,
-        statement: str,
-        params: Any,
-        retry: bool,
-        new_file: str | None = None,
-        charge: int = 0,
-        settle: bool = True,
-    ) -> sqlite3.Cursor:
-        """Run one write statement (autocommit unless inside `transact`) and settle its files.
+    # --- writes -------------------------------------------------------------------------------
+
+    def write(
+        self, statement: str, params: Any, retry: bool, new_file: str | None = None, charge: int = 0
+    ) -> Written:
+        """Run one write statement (autocommit unless inside `transaction`).
 
         `new_file` is the value file the statement makes a row name: removed if the statement
-        fails. `charge` is the bytes written, counted towards the next size check. With
-        `settle=False` the caller reads the rows (RETURNING) and then calls `_settle`.
+        fails (or if the enclosing transaction rolls back). `charge` is the bytes written,
+        counted towards the next size check.
         """
         try:
-            state = self._local.state
+            state: ThreadState = self.local.state
         except AttributeError:
-            state = self._pool.state()
+            state = self.pool.state()
         mark = len(state.released) if state.depth else 0
         try:
             cursor = state.execute(statement, params)
@@ -103,35 +128,22 @@ class Store:
             if new_file is not None:
                 state.created.append(new_file)
             state.charge += charge
-        elif settle:
-            # Committed: publish the memory-tier versions it bumped, before anything else runs.
-            versions = state.versions
-            if versions:
-                state.versions = {}
-                words = self._words
-                for index, nonce in versions.items():  # _memory.publish, inline
-                    if words[index] == nonce:  # type: ignore[index]
-                        words[index + 1] = nonce  # type: ignore[index]
-                state.written = versions
-            else:
-                state.written = None
-            if state.released:
-                self._remove_released(state)
-            if charge:  # removals (charge 0) never trigger the size check themselves
-                self._unchecked += charge
-                if self._unchecked >= self._check_every:
-                    self._check_size()
-        return cursor
+            return Written(cursor.rowcount, None)
+        return Written(cursor.rowcount, self._after_commit(state, charge))
+
+    def write_capturing(
+        self, statement: str, params: Any, retry: bool, charge: int = 0
+    ) -> tuple[int, Any]:
+        """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
+        return its rowcount and that value (NO_VALUE when the function was not called)."""
+        state = self.state()
+        state.new_value = NO_VALUE
+        rowcount = self.write(statement, params, retry, charge=charge).rowcount
+        return rowcount, state.new_value
 
     def _write_failed(
-        self,
-        state: ThreadState,
-        exc: sqlite3.Error,
-        statement: str,
-        params: Any,
-        retry: bool,
-        new_file: str | None,
-        mark: int,
+        self, state: ThreadState, exc: sqlite3.Error, statement: str, params: Any, retry: bool,
+        new_file: str | None, mark: int,
     ) -> sqlite3.Cursor:
         while retry and is_busy(exc) and not state.depth:
             try:
@@ -142,42 +154,59 @@ class Store:
             self._publish(state)  # the failed statement ended: it bumped for nothing, harmlessly
         del state.released[mark:]  # the failed statement's changes were rolled back
         if new_file is not None:
-            self._remove_file(new_file)
-        raise translate_sqlite_error(exc, self._pool.path) from exc
+            self.remove_file(new_file)
+        raise translate_sqlite_error(exc, self.pool.path) from exc
 
-    def _settle(self, state: ThreadState, charge: int = 0) -> None:
-        """After a statement committed: publish its versions; remove the files it released;
-        count its bytes."""
-        if state.depth:
-            return
-        if state.versions:
-            self._publish(state)
-        if state.released:
-            self._remove_released(state)
-        if charge:
-            self._unchecked += charge
-            if self._unchecked >= self._check_every:
-                self._check_size()
-
-    def _publish(self, state: ThreadState) -> None:
-        """The transaction that bumped ``state.versions`` has ended: publish them."""
+    def _after_commit(self, state: ThreadState, charge: int) -> dict[int, int] | None:
+        """THE after-commit hook (see the module docstring); returns the versions published."""
         versions = state.versions
         if versions:
             state.versions = {}
-            publish(self._words, versions)  # type: ignore[arg-type]
+            words = self.pool.words
+            if words is not None:
+                for index, nonce in versions.items():  # _memory.publish, inline: every write
+                    if words[index] == nonce:
+                        words[index + 1] = nonce
+        else:
+            versions = None  # type: ignore[assignment]
+        if state.released:
+            names = list(state.released)
+            state.released.clear()
+            _reaper.remove_later(self.disk, names)
+        if charge:  # removals (charge 0) never trigger the size check themselves
+            self.unchecked += charge
+            if self.unchecked >= self.check_every:
+                self.size_check()
+        return versions or None
 
-    def _remove_released(self, state: ThreadState) -> None:
-        names = list(state.released)
-        state.released.clear()
-        _reaper.remove_later(self._disk, names)
+    def _publish(self, state: ThreadState) -> None:
+        """The transaction that bumped ``state.versions`` has ended without commit work."""
+        versions = state.versions
+        if versions:
+            state.versions = {}
+            if self.pool.words is not None:
+                publish(self.pool.words, versions)
 
-    def _remove_file(self, name: str) -> None:
-        _reaper.remove_now(self._disk, name)
+    def remove_file(self, name: str) -> None:
+        """Remove a value file no committed row names, now."""
+        _reaper.remove_now(self.disk, name)
+
+    def forget_new_file(self, filename: str) -> None:
+        """A value file written for a row that was not stored after all."""
+        state = self.state()
+        if state.depth and filename in state.created:
+            state.created.remove(filename)
+        self.remove_file(filename)
+
+    # --- transactions ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
-        """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer."""
-        state = self._state()
+    def transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
+        """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer.
+
+        Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
+        """
+        state = self.state()
         if state.depth:
             if new_file is not None:
                 state.created.append(new_file)  # the outer transaction's rollback removes it
@@ -195,8 +224,8 @@ class Store:
                 if retry and is_busy(exc):
                     continue
                 if new_file is not None:
-                    self._remove_file(new_file)
-                raise translate_sqlite_error(exc, self._pool.path) from exc
+                    self.remove_file(new_file)
+                raise translate_sqlite_error(exc, self.pool.path) from exc
         state.depth = 1
         if new_file is not None:
             state.created.append(new_file)
@@ -211,16 +240,10 @@ class Store:
             state.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback(state)
-            raise translate_sqlite_error(exc, self._pool.path) from exc
-        self._publish(state)
+            raise translate_sqlite_error(exc, self.pool.path) from exc
         state.created.clear()
-        if state.released:
-            self._remove_released(state)
         charge, state.charge = state.charge, 0
-        if charge:  # what the transaction wrote counts towards the next size check
-            self._unchecked += charge
-            if self._unchecked >= self._check_every:
-                self._check_size()
+        self._after_commit(state, charge)
 
     def _rollback(self, state: ThreadState) -> None:
         if state.con.in_transaction:
@@ -231,15 +254,4 @@ class Store:
         created = list(state.created)
         state.created.clear()
         for name in created:
-            self._remove_file(name)
-
-    @contextlib.contextmanager
-    def transact(self, retry: bool = False) -> Iterator[None]:
-        """Context manager: a write transaction; what runs inside is atomic.
-
-        Other writers wait while it is open (keep it short); readers do not. Transactions nest
-        and belong to the thread that opened them. Raises Timeout when the lock cannot be had
-        within the cache's timeout and `retry` is False.
-        """
-        with self._transaction(retry):
-            yield
+            self.remove_file(name)

@@ -248,7 +248,7 @@ class _Output:
 
 def _settings_of(shard: Cache) -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings, counters) as stored in the shard's Settings table."""
-    stored = dict(shard._read(_ALL_SETTINGS))
+    stored = dict(shard._store.read(_ALL_SETTINGS))
     counters = {name: stored.pop(name) for name in list(stored) if name in _NOT_SETTINGS}
     return dict(sorted(stored.items())), counters
 
@@ -265,7 +265,7 @@ def cmd_stats(args: argparse.Namespace, shards: list[Cache], out: _Output) -> in
         totals["size"] += counters.get("size", 0)
         totals["hits"] += counters.get("hits", 0)
         totals["misses"] += counters.get("misses", 0)
-        totals["expired"] += shard._read(_COUNT_EXPIRED, (now,))[0][0]
+        totals["expired"] += shard._store.read(_COUNT_EXPIRED, (now,))[0][0]
         totals["volume"] += shard.volume()
     document = {
         "directory": args.directory,
@@ -319,9 +319,9 @@ def _iter_items(shard: Cache, tag: Any, include_expired: bool) -> Iterator[tuple
     while True:
         now = time.time()
         if tag is ENOVAL:
-            rows = shard._read(_LIST_KEYS, (last, include_expired, now, _PAGE))
+            rows = shard._store.read(_LIST_KEYS, (last, include_expired, now, _PAGE))
         else:
-            rows = shard._read(_LIST_TAGGED_KEYS, (tag, last, include_expired, now, _PAGE))
+            rows = shard._store.read(_LIST_TAGGED_KEYS, (tag, last, include_expired, now, _PAGE))
         if not rows:
             return
         for _rowid, db_key, raw, expire_time, item_tag in rows:

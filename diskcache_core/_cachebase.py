@@ -1,0 +1,353 @@
+"""CacheBase: a cache directory's parts, composed — opening, settings, administration.
+
+`Cache` (the facade, _cache.py) is this plus the item API. Here: the parts are made (see
+ARCHITECTURE.md): the `Store` (the SQLite database: connections, statements, transactions, the
+after-commit hook), the `MemoryTier` (this process's map of recent items and the protocol that
+keeps it exact across processes), the `Evictor` (limits, culling, expiry, bookkeeping), the
+`Queues`, and the `Disk` (serialization and value files); and the methods that only pass a
+call on to one of them: settings, statistics, bulk removals, queues, check, close.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, TypeVar
+
+from . import _reaper
+from . import _schema as sql
+from ._arguments import check_timeout
+from ._check import check_cache
+from ._disk import ENOVAL, Disk, open_cache_directory
+from ._eviction import Evictor
+from ._memory import MemoryStats, MemoryTier
+from ._opening import open_database
+from ._queue import Queues
+from ._settings import (
+    CODE_ONLY_SETTINGS,
+    MEMORY_DEFAULTS,
+    SettingAttribute,
+    validate_setting,
+    validate_settings,
+)
+from ._store import Store
+
+__all__ = ["CacheBase"]
+
+_Self = TypeVar("_Self", bound="CacheBase")
+
+
+class CacheBase:
+    """A cache directory's parts and the calls that go straight to one of them."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        timeout: float = 60,
+        disk: type[Disk] = Disk,
+        **settings: Any,
+    ) -> None:
+        """Open (creating if needed) the cache in `directory`.
+
+        :param directory: cache directory; a new temporary one when None
+        :param timeout: seconds a write waits for the database lock before `Timeout`
+        :param disk: Disk subclass for serialization
+        :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens; and,
+            for this object only, ``memory_size_limit`` (bytes) and ``memory_item_limit`` (items),
+            the bounds of its memory tier (:doc:`memory`; 0 turns it off)
+        """
+        if not (isinstance(disk, type) and issubclass(disk, Disk)):
+            raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
+        check_timeout(timeout)
+        checked = validate_settings(settings)
+        code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}
+        self._directory = directory = open_cache_directory(directory)
+        self._timeout = timeout
+        self._code_only = code_only  # kept when the cache is pickled
+        opened = open_database(directory, timeout, disk, checked, code_only)
+        self._settings = opened.settings
+        self._disk = opened.disk
+        self._store = Store(opened.pool, timeout, opened.disk)
+        self._evictor = Evictor(self._store, opened.settings)
+        self._queues = Queues(self._store, opened.disk)
+        # With the standard Disk.fetch a raw column value is the value: no call needed.
+        self._plain_fetch = type(opened.disk).fetch is Disk.fetch
+        self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
+        self._memory: MemoryTier | None = None
+        self._configure_memory()
+
+    # --- settings -------------------------------------------------------------------------------
+
+    tag_index = SettingAttribute[int]("tag_index")
+    cull_limit = SettingAttribute[int]("cull_limit")
+    eviction_policy = SettingAttribute[str]("eviction_policy")
+    statistics = SettingAttribute[int]("statistics")
+    size_limit = SettingAttribute[int]("size_limit")
+    sqlite_auto_vacuum = SettingAttribute[int]("sqlite_auto_vacuum")
+    sqlite_cache_size = SettingAttribute[int]("sqlite_cache_size")
+    sqlite_journal_mode = SettingAttribute[str]("sqlite_journal_mode")
+    sqlite_mmap_size = SettingAttribute[int]("sqlite_mmap_size")
+    sqlite_synchronous = SettingAttribute[int]("sqlite_synchronous")
+    disk_min_file_size = SettingAttribute[int]("disk_min_file_size")
+    disk_pickle_protocol = SettingAttribute[int]("disk_pickle_protocol")
+    disk_compress = SettingAttribute["str | None"]("disk_compress")
+    disk_compress_level = SettingAttribute["int | None"]("disk_compress_level")
+    disk_compress_threshold = SettingAttribute[int]("disk_compress_threshold")
+
+    def _apply_setting(self, name: str, value: Any) -> Any:
+        """Validate a setting and make this object use it (not stored; see `reset`)."""
+        value = validate_setting(name, value)
+        if name == "eviction_policy":
+            self._evictor.set_policy(value)
+        elif name == "statistics":
+            self._evictor.set_statistics(value)
+        elif name == "size_limit":
+            self._evictor.set_size_limit(value)
+        else:
+            self._settings.changed(name, value)
+            if name.startswith("disk_"):
+                setattr(self._disk, name[len("disk_"):], value)
+        return value
+
+    def reset(self, key: str, value: Any = ENOVAL, update: bool = True) -> Any:
+        """Read (no `value`) or change (with `value`) a setting or counter in the Settings table.
+
+        ``sqlite_*`` settings run their pragma; ``disk_*`` settings update the Disk attribute.
+        """
+        if value is ENOVAL:
+            if key == "count":  # python-diskcache kept the count here; it is counted now
+                return len(self)
+            rows = self._store.read(sql.SELECT_SETTING, (key,))
+            if not rows:
+                raise KeyError(f"no setting or counter named {key!r}")
+            value = rows[0][0]
+            if key not in sql.METADATA and key != "schema_version":
+                self._apply_setting(key, value)
+            return value
+        if key in CODE_ONLY_SETTINGS:
+            raise ValueError(f"{key!r} comes from code only and cannot be stored")
+        value = validate_setting(key, value)
+        if update:
+            self._store.write(sql.STORE_SETTING, (key, value), retry=True)
+        if key.startswith("sqlite_"):
+            self._store.read(sql.set_pragma(key[len("sqlite_"):], value))
+        self._apply_setting(key, value)
+        if key == "eviction_policy" and update:
+            index = sql.POLICIES[value].create_index
+            if index is not None:
+                self._store.write(index, (), retry=True)
+        elif key == "tag_index" and update:
+            self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
+        return value
+
+    def create_tag_index(self) -> None:
+        """Create the index that makes `evict(tag)` fast (better: ``Cache(tag_index=True)``)."""
+        self.reset("tag_index", 1)
+
+    def drop_tag_index(self) -> None:
+        """Drop the tag index."""
+        self.reset("tag_index", 0)
+
+    # --- the memory tier (per object and process; see _memory.py) --------------------------
+
+    def _configure_memory(self) -> None:
+        limits = {**MEMORY_DEFAULTS, **self._code_only}
+        size_limit, item_limit = limits["memory_size_limit"], limits["memory_item_limit"]
+        words = self._store.pool.words
+        if not size_limit or not item_limit or words is None:
+            # Off (or impossible: read-only media that another process may still change).
+            self._memory = None
+        elif self._memory is None:
+            plain_keys = type(self._disk).put is Disk.put
+            self._memory = MemoryTier(
+                words, size_limit, item_limit, plain_keys, self._native_numbers, self._disk.put
+            )
+        else:
+            self._memory.set_limits(size_limit, item_limit)
+
+    @property
+    def memory_size_limit(self) -> int:
+        """Bytes this object's memory tier may hold in this process (0: the tier is off).
+
+        Assigning it takes effect at once (entries beyond it are dropped); it is never stored.
+        """
+        return int({**MEMORY_DEFAULTS, **self._code_only}["memory_size_limit"])
+
+    @memory_size_limit.setter
+    def memory_size_limit(self, value: int) -> None:
+        self._code_only["memory_size_limit"] = validate_setting("memory_size_limit", value)
+        self._configure_memory()
+
+    @property
+    def memory_item_limit(self) -> int:
+        """Items this object's memory tier may hold in this process (0: the tier is off)."""
+        return int({**MEMORY_DEFAULTS, **self._code_only}["memory_item_limit"])
+
+    @memory_item_limit.setter
+    def memory_item_limit(self, value: int) -> None:
+        self._code_only["memory_item_limit"] = validate_setting("memory_item_limit", value)
+        self._configure_memory()
+
+    def memory_stats(self, reset: bool = False) -> MemoryStats:
+        """This process's memory tier of this cache: ``(hits, misses, items, size, size_limit,
+        item_limit)``, a named tuple; with `reset`, zero the hit and miss counts afterwards.
+
+        Memory hits also count as hits in `stats` (when statistics are on); `stats` keeps
+        python-diskcache's ``(hits, misses)`` shape. All zeros while the tier is off.
+        """
+        memory = self._memory
+        if memory is None:
+            return MemoryStats(0, 0, 0, 0, 0, 0)
+        return memory.stats(reset)
+
+    # --- properties -----------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        """Cache directory."""
+        return self._directory
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a write waits for the database lock before raising Timeout."""
+        return self._timeout
+
+    @property
+    def disk(self) -> Disk:
+        """Disk used for serialization."""
+        return self._disk
+
+    # --- queues (see _queue.py) -----------------------------------------------------------------
+
+    def push(
+        self,
+        value: Any,
+        prefix: str | None = None,
+        side: str = "back",
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> Any:
+        """Push `value` onto the `side` of the queue named `prefix`; return its key.
+
+        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
+        """
+        return self._queues.push(value, prefix, side, expire, read, tag, retry)
+
+    def pull(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        return self._queues.pull(prefix, default, side, expire_time, tag, retry)
+
+    def peek(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Return ``(key, value)`` at the `side` of the queue without removing it."""
+        return self._queues.peek(prefix, default, side, expire_time, tag, retry)
+
+    def peekitem(
+        self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
+    ) -> Any:
+        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
+        return self._queues.peekitem(last, expire_time, tag, retry)
+
+    # --- removals and limits (see _eviction.py) -------------------------------------------------
+
+    def expire(self, now: float | None = None, retry: bool = False) -> int:
+        """Remove items that expired before `now` (default: the current time); return how many."""
+        return self._evictor.expire(now, retry)
+
+    def evict(self, tag: Any, retry: bool = False) -> int:
+        """Remove every item with `tag`; return how many."""
+        return self._evictor.evict(tag, retry)
+
+    def clear(self, retry: bool = False) -> int:
+        """Remove every item; return how many."""
+        try:
+            return self._evictor.clear(retry)
+        finally:
+            # The triggers have invalidated every entry (in every process); free them here.
+            if self._memory is not None:
+                self._memory.clear()
+
+    def cull(self, retry: bool = False) -> int:
+        """Remove expired items, then evict by policy until the volume is within size_limit."""
+        return self._evictor.cull(retry)
+
+    def volume(self) -> int:
+        """Estimated bytes on disk: database pages in use plus value files."""
+        return self._evictor.volume()
+
+    def flush_access_log(self, timeout: float | None = None) -> None:
+        """Write this process's batched access times, counts and hit/miss statistics now.
+
+        `timeout`: seconds to wait for the write lock instead of the cache's timeout.
+        """
+        self._evictor.flush_access_log(timeout)
+
+    def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
+        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
+        result = self._evictor.hits_misses(reset)
+        if int(bool(enable)) != self.statistics:
+            self.reset("statistics", int(bool(enable)))
+        return result
+
+    def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
+        """Check the database and value files agree; with `fix`, repair; return the warnings.
+
+        Run it when no other process is writing value files: a file written but not yet
+        committed by another writer would look unknown and, with `fix`, be removed.
+        """
+        return check_cache(self._store, self._disk, self._directory, fix, retry)
+
+    def __len__(self) -> int:
+        """Count of items, expired items included."""
+        return int(self._store.read(sql.COUNT)[0][0])
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write batched bookkeeping, wait for released files to be removed, then close the
+        connections this Cache opened that no thread is using: this thread's, those of threads
+        that have finished, and the library's own idle worker threads'. Each reopens on next use.
+
+        Another live thread's connection is closed by that thread's own close() (closing it under
+        a statement it may be running is not safe). The last close of a database in any process
+        removes its WAL (``-wal``) and ``-shm``.
+        """
+        try:
+            self._evictor.flush_access_log()
+        except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
+            pass
+        _reaper.drain()
+        self._store.pool.close_all()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self._directory, self._timeout, type(self._disk), self._code_only)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        directory, timeout, disk, code_only = state
+        self.__init__(directory, timeout, disk, **code_only)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._directory!r})"

@@ -1,0 +1,99 @@
+"""Atomic counters: incr (and so decr) on one cache's Store.
+
+The common case is one statement: the stored value is a native number and the sum stays a
+64-bit integer (or a float), so SQLite adds it in place and hands the new value back through a
+function call (`Store.write_capturing`). Anything else — a custom Disk, a big integer, a
+Decimal, an overflow — reads, adds in Python and writes back in one transaction.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+from typing import Any
+
+from . import _schema as sql
+from ._arguments import check_key
+from ._connections import NO_VALUE
+from ._disk import Disk
+from ._store import MIN_WRITE_CHARGE, Store
+
+__all__ = ["check_delta", "increment"]
+
+_now = time.time
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def check_delta(name: str, delta: Any, default: Any) -> None:
+    """TypeError/ValueError for a `delta` or `default` an incr cannot add."""
+    kind = type(delta)
+    if kind is not int and kind is not float and not isinstance(delta, numbers.Number):
+        raise TypeError(f"{name} delta must be a number, not {kind.__name__}")
+    if default is not None and type(default) is not int and not isinstance(default, numbers.Number):
+        raise TypeError(f"{name} default must be a number or None, not {type(default).__name__}")
+    # NaN would make the count NaN for good (and SQLite stores a NaN number as NULL).
+    if kind is float and delta != delta:
+        raise ValueError(f"{name} delta must not be NaN")
+    if type(default) is float and default != default:
+        raise ValueError(f"{name} default must not be NaN")
+
+
+def increment(
+    store: Store, disk: Disk, native: bool, key: Any, delta: Any, default: Any, retry: bool
+) -> tuple[Any, Any, Any]:
+    """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
+    None); return ``(new value, db_key, raw)``. `native`: the Disk stores numbers natively."""
+    db_key, raw = disk.put(key)
+    if type(db_key) is not str or not db_key.isascii():
+        check_key(db_key)
+    kind = type(delta)
+    if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
+        now = _now()
+        params: tuple[Any, ...]
+        if default is None:
+            start = None
+            statement, params = sql.INCR_NATIVE, (delta, now, db_key, raw)
+        else:
+            start = default + delta
+            if not (
+                (type(start) is float and start == start)  # inf + -inf is NaN: pickled
+                or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)
+            ):
+                return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
+            statement, params = sql.INCR_UPSERT, (delta, now, db_key, raw, start)
+        rowcount, value = store.write_capturing(statement, params, retry, MIN_WRITE_CHARGE)
+        if rowcount == 1:
+            return (start if value is NO_VALUE else value), db_key, raw
+    return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
+
+
+def _increment_in_python(
+    store: Store, disk: Disk, key: Any, db_key: Any, raw: Any, delta: Any, default: Any, retry: bool
+) -> tuple[Any, Any, Any]:
+    # Any Disk, any number type: read, add in Python, write back, in one transaction.
+    with store.transaction(retry) as state:
+        now = _now()
+        row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
+        if row is None or (row[1] is not None and row[1] <= now):
+            if default is None:
+                raise KeyError(key)
+            value = default + delta
+            size, mode, filename, db_value = disk.store(value, False, key=key)
+            if filename is not None:
+                state.created.append(filename)
+            state.execute(sql.UPSERT, (db_key, raw, now, None, None, size, mode, filename, db_value))
+            return value, db_key, raw
+        rowid, _, mode, filename, db_value = row
+        current = disk.fetch(mode, filename, db_value, False)
+        if not isinstance(current, numbers.Number):
+            raise TypeError(
+                f"cannot increment the value of {key!r}: it is a {type(current).__name__},"
+                " not a number"
+            )
+        value = current + delta
+        size, mode, new_file, db_value = disk.store(value, False, key=key)
+        if new_file is not None:
+            state.created.append(new_file)
+        state.execute(sql.UPDATE_VALUE, (now, size, mode, new_file, db_value, rowid))
+        return value, db_key, raw

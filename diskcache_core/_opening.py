@@ -1,0 +1,157 @@
+"""Opening a cache database: creating it, reading its settings, migrating its schema.
+
+Opening an existing cache with unchanged settings writes nothing (invariant 6): the stored
+settings and the schema's objects are read, and a write starts only when something differs;
+persistent pragmas are set only when their value differs. Several processes may create the same
+cache at once; they take turns (`_retry_setup`). Where the directory is not writable the
+database is opened read-only, and the memory tier stays off (no version file is opened).
+"""
+
+from __future__ import annotations
+
+import os
+import os.path as op
+import sqlite3
+import time
+from typing import Any, Callable, NamedTuple, TypeVar
+
+from . import _schema as sql
+from ._connections import ConnectionPool
+from ._disk import Disk
+from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
+from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
+from ._settings import PEER_ONLY_ROWS, Settings, validate_settings
+from ._versionfile import open_versions
+
+__all__ = ["Opened", "open_database"]
+
+_SETUP_TIMEOUT = 60.0  # creating a database waits this long for other creators
+T = TypeVar("T")
+
+
+class Opened(NamedTuple):
+    """An open cache database, as the parts of a Cache use it."""
+
+    pool: ConnectionPool  # its connections (``pool.words``: the version words, or None)
+    settings: Settings  # the settings in force (stored ones, updated by the caller's)
+    disk: Disk
+    ownership: Ownership  # modes and owner of the files created in the directory
+
+
+def open_database(
+    directory: str,
+    timeout: float,
+    disk_type: type[Disk],
+    checked: dict[str, Any],
+    code_only: dict[str, Any],
+) -> Opened:
+    """Open (creating if needed) the database in `directory` with the validated settings
+    `checked` (stored) and `code_only` (never stored)."""
+    settings = Settings()
+
+    def configure(con: sqlite3.Connection) -> None:  # every new connection's pragmas
+        for name, value in settings.connection_pragmas().items():
+            con.execute(sql.set_pragma(name, value)).fetchall()
+
+    pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, configure)
+    pool.read_only = not os.access(directory, os.W_OK)
+    setup_timeout = max(timeout, _SETUP_TIMEOUT)
+    no_wal_index = False
+    try:
+        if not pool.read_only:
+            create_database_file(pool.path, os.stat(directory))
+        con = pool.connect(timeout=setup_timeout)
+    except OSError as exc:
+        raise storage_error(exc, f"the cache database {pool.path!r}") from exc
+    except sqlite3.Error as exc:
+        raise translate_sqlite_error(exc, pool.path) from exc
+    if pool.read_only:
+        try:
+            con.execute(sql.PROBE_SCHEMA).fetchall()
+        except sqlite3.OperationalError:
+            # No WAL index (-shm) exists, and none can be made here: no writer has the database
+            # open, so its file is the whole truth now. Settings are read from it as immutable;
+            # see _connections.ReadOnlyReader for later reads.
+            con.close()
+            no_wal_index = pool.immutable = True
+            con = pool.connect()
+            pool.immutable = False
+    try:
+        stored = _read_settings(con, pool.path, setup_timeout)
+        settings.update(_usable(stored))
+        settings.update(checked)
+        disk = disk_type(directory, **settings.disk_options(code_only))  # checks its options
+        if pool.read_only:
+            changed = sorted(n for n, v in checked.items() if stored.get(n, object()) != v)
+            if changed or not stored:
+                raise DatabaseError(
+                    f"cache directory {directory!r} is read-only: cannot"
+                    + (f" change settings {changed}" if stored else " create a cache")
+                )
+            if no_wal_index:
+                pool.warn_unindexed()
+            pool.words = None  # other processes may write: the memory tier stays off
+            return Opened(pool, settings, disk, PRIVATE)
+        wanted = settings.values()
+        if not stored:
+            _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
+        _set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"], setup_timeout)
+        _retry_setup(lambda: sql.create_or_migrate(con, stored, wanted), setup_timeout)
+        # Only once the directory is known to hold a cache database.
+        ownership = disk.ownership = ownership_of(pool.path)
+        pool.words = open_versions(directory, ownership)
+        return Opened(pool, settings, disk, ownership)
+    except sqlite3.Error as exc:
+        raise translate_sqlite_error(exc, pool.path) from exc
+    finally:
+        con.close()
+
+
+def _usable(stored: dict[str, Any]) -> dict[str, Any]:
+    """The settings among a database's Settings rows (not counters, not a peer's rows)."""
+    return validate_settings(
+        {
+            # python-diskcache's FanoutCache stores size_limit / shards, a float
+            name: int(value) if type(value) is float and value.is_integer() else value
+            for name, value in stored.items()
+            if name not in sql.METADATA and name not in PEER_ONLY_ROWS and name != "schema_version"
+        }
+    )
+
+
+def _read_settings(con: sqlite3.Connection, path: str, setup_timeout: float) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        try:
+            return dict(con.execute(sql.SELECT_SETTINGS).fetchall())
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return {}
+            raise
+
+    try:
+        return _retry_setup(read, setup_timeout)
+    except sqlite3.DatabaseError as exc:
+        translated = translate_sqlite_error(exc, path)
+        if isinstance(translated, DiskFullError):
+            raise translated from exc
+        raise DatabaseError(f"{path!r} is not a usable cache database: {exc}") from exc
+
+
+def _retry_setup(step: Callable[[], T], setup_timeout: float) -> T:
+    # Several processes may create the same cache at once; they take turns.
+    deadline = time.monotonic() + setup_timeout
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+
+
+def _set_pragma(con: sqlite3.Connection, name: str, value: Any, setup_timeout: float) -> None:
+    """Set a persistent pragma only when it differs (a reopen must write nothing)."""
+    pragma = name[len("sqlite_"):]
+    (current,) = con.execute(sql.read_pragma(pragma)).fetchone()
+    if str(current).lower() != str(value).lower():
+        _retry_setup(lambda: con.execute(sql.set_pragma(pragma, value)).fetchall(), setup_timeout)

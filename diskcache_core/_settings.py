@@ -1,0 +1,235 @@
+"""Settings: their defaults, their validation, and `Settings`, the values one Cache runs with.
+
+Settings are stored in the database's Settings table (so a later open finds them) except the
+code-only ones: the memory tier's bounds (per process) and SafeDisk's allow-list (a database
+someone else can write must not widen it). Validation happens before any I/O, so a bad setting
+never leaves a directory or a file behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import re
+from typing import Any, Callable, Generic, TypeVar, overload
+
+from ._disk import _CODEC_FACTORIES, _codec
+from ._schema import METADATA, POLICIES
+
+__all__ = [
+    "CODE_ONLY_SETTINGS",
+    "DEFAULT_SETTINGS",
+    "MEMORY_DEFAULTS",
+    "PEER_ONLY_ROWS",
+    "PERSISTENT_PRAGMAS",
+    "Settings",
+    "SettingAttribute",
+    "validate_setting",
+    "validate_settings",
+]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Settings:
+    """The stored settings of one cache, as its Cache object uses them.
+
+    `extra` holds what no field names: further ``sqlite_*`` pragmas and the ``disk_*`` options
+    of a custom Disk.
+    """
+
+    statistics: int = 0  # 1: count hits and misses
+    tag_index: int = 0  # 1: an index makes evict(tag) fast
+    eviction_policy: str = "least-recently-stored"
+    size_limit: int = 2**30  # bytes (1 GiB)
+    cull_limit: int = 10  # items a write's size check may evict
+    sqlite_auto_vacuum: int = 1  # FULL
+    sqlite_cache_size: int = 2**13  # pages
+    sqlite_journal_mode: str = "wal"
+    sqlite_mmap_size: int = 2**26  # 64 MiB
+    sqlite_synchronous: int = 1  # NORMAL
+    disk_min_file_size: int = 2**15  # values from 32 KiB go to value files
+    disk_pickle_protocol: int = pickle.HIGHEST_PROTOCOL
+    disk_compress: str | None = None  # None, 'zlib', 'zstd' or 'lz4'
+    disk_compress_level: int | None = None  # None: the compressor's default
+    disk_compress_threshold: int = 1024  # bytes; smaller values are never compressed
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def values(self) -> dict[str, Any]:
+        """Every setting by name, as stored in the Settings table."""
+        result = {name: getattr(self, name) for name in _FIELDS}
+        result.update(self.extra)
+        return result
+
+    def get(self, name: str) -> Any:
+        """One setting's value; KeyError when there is none of that name."""
+        if name in _FIELDS:
+            return getattr(self, name)
+        return self.extra[name]
+
+    def changed(self, name: str, value: Any) -> None:
+        """Take a new (validated) value of one setting."""
+        if name in _FIELDS:
+            setattr(self, name, value)
+        else:
+            self.extra[name] = value
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Take new (validated) values of several settings."""
+        for name, value in values.items():
+            self.changed(name, value)
+
+    def connection_pragmas(self) -> dict[str, Any]:
+        """Pragmas every new connection runs (the persistent ones are set when opening)."""
+        return {
+            name[len("sqlite_"):]: value
+            for name, value in self.values().items()
+            if name.startswith("sqlite_") and name not in PERSISTENT_PRAGMAS
+        }
+
+    def disk_options(self, code_only: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments of the Disk: the ``disk_*`` settings without their prefix."""
+        values = {**self.values(), **code_only}
+        return {name[len("disk_"):]: value for name, value in values.items() if name.startswith("disk_")}
+
+
+_FIELDS = tuple(field.name for field in dataclasses.fields(Settings) if field.name != "extra")
+
+#: Every stored setting and its default (python-diskcache's public name for them).
+DEFAULT_SETTINGS: dict[str, Any] = {name: getattr(Settings(), name) for name in _FIELDS}
+
+# Set once when a database is created or opened, not per connection: journal_mode is
+# persistent, and auto_vacuum can only change before the first table exists.
+PERSISTENT_PRAGMAS = frozenset({"sqlite_auto_vacuum", "sqlite_journal_mode"})
+
+# Rows python-diskcache kept in its Settings table that are neither settings nor our counters;
+# ignored when one of its caches is opened.
+PEER_ONLY_ROWS = frozenset({"count"})
+
+# The memory tier's bounds (see _memory.py): per Cache object and process, from code only.
+# 0 for either turns the tier off.
+MEMORY_DEFAULTS: dict[str, int] = {
+    "memory_size_limit": 2**22,  # 4 MiB
+    "memory_item_limit": 10_000,
+}
+
+# Settings never stored: the Disk's allow-list (a database someone else can write must not be
+# able to widen SafeDisk's allow-list), and the memory tier's bounds (per process).
+CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", *MEMORY_DEFAULTS})
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _int(name: str, value: Any, minimum: int | None = 0, maximum: int | None = None) -> int:
+    if type(value) is not int:
+        raise TypeError(f"setting {name!r} must be an int, not {type(value).__name__}: {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"setting {name!r} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"setting {name!r} must be <= {maximum}, got {value}")
+    return value
+
+
+def _flag(name: str, value: Any) -> int:
+    if value in (0, 1) and type(value) in (bool, int):
+        return int(value)
+    raise TypeError(f"setting {name!r} must be True or False, not {value!r}")
+
+
+def _policy(name: str, value: Any) -> str:
+    if value not in POLICIES:
+        choices = ", ".join(repr(policy) for policy in POLICIES)
+        raise ValueError(f"unknown eviction_policy {value!r}; choose one of: {choices}")
+    return str(value)
+
+
+def _compressor(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in _CODEC_FACTORIES:
+        choices = ", ".join(sorted(_CODEC_FACTORIES))
+        raise ValueError(f"unknown compressor {value!r} for {name!r}; choose one of: {choices}")
+    _codec(value)  # import it now: a compressor that is not installed fails before any write
+    return str(value)
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    return None if value is None else _int(name, value, minimum=None)
+
+
+def _pragma(name: str, value: Any) -> Any:
+    # Pragma values are spliced into SQL text (PRAGMA takes no parameters): allow only numbers
+    # and bare words.
+    if not _IDENTIFIER.match(name[len("sqlite_"):]):
+        raise ValueError(f"invalid SQLite pragma name in setting {name!r}")
+    if type(value) in (int, float) or (type(value) is str and _IDENTIFIER.match(value)):
+        return value
+    raise ValueError(f"setting {name!r} must be a number or a bare word, not {value!r}")
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "statistics": _flag,
+    "tag_index": _flag,
+    "eviction_policy": _policy,
+    "size_limit": _int,
+    "cull_limit": _int,
+    "disk_min_file_size": _int,
+    "disk_pickle_protocol": lambda name, value: _int(name, value, 0, pickle.HIGHEST_PROTOCOL),
+    "disk_compress": _compressor,
+    "disk_compress_level": _optional_int,
+    "disk_compress_threshold": _int,
+    "memory_size_limit": _int,
+    "memory_item_limit": _int,
+}
+
+
+def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Check every setting's name and value; return them normalised. Raises before any I/O."""
+    checked = {}
+    for name, value in settings.items():
+        if name in METADATA:
+            raise ValueError(f"{name!r} is a counter the cache keeps, not a setting")
+        validator = _VALIDATORS.get(name)
+        if validator is not None:
+            checked[name] = validator(name, value)
+        elif name.startswith("sqlite_"):
+            checked[name] = _pragma(name, value)
+        elif name.startswith("disk_"):
+            checked[name] = value  # options of a custom Disk: its constructor checks them
+        else:
+            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS}))
+            raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
+    return checked
+
+
+def validate_setting(name: str, value: Any) -> Any:
+    """One setting's normalised value (see `validate_settings`)."""
+    return validate_settings({name: value})[name]
+
+
+class SettingAttribute(Generic[T]):
+    """A Cache attribute showing one setting. Assigning it changes the setting for that object
+    at once, without storing it (as in python-diskcache); ``Cache.reset`` also stores it.
+
+    The owner provides ``_settings`` (a `Settings`) and ``_apply_setting(name, value)``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The ``{name}`` setting (see :doc:`cache`)."
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> "SettingAttribute[T]": ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type[Any]) -> "T | SettingAttribute[T]":
+        if instance is None:
+            return self
+        value: T = getattr(instance, "_settings").get(self.name)
+        return value
+
+    def __set__(self, instance: object, value: T) -> None:
+        getattr(instance, "_apply_setting")(self.name, value)

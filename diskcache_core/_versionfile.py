@@ -1,0 +1,131 @@
+"""The memory tier's version file: the words every process of a cache directory shares.
+
+``cache.db-versions`` holds a header and, for each of `BUCKETS` key-hash buckets, two 64-bit
+words (``pre`` and ``post``; what they mean is the protocol in _memory.py). It is mapped shared
+and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
+a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import os.path as op
+import stat
+import struct
+import threading
+import weakref
+
+from ._errors import DatabaseError, storage_error
+from ._ownership import PRIVATE, Ownership
+
+__all__ = ["BUCKETS", "FILE_SIZE", "HEADER_WORDS", "VERSION_FILE", "open_versions"]
+
+VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
+BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
+_MAGIC = b"DCMEMV1\0"
+HEADER_WORDS = 8  # 64 bytes: magic, bucket count, then reserved
+_HEADER = struct.pack("<8sQ", _MAGIC, BUCKETS).ljust(8 * HEADER_WORDS, b"\0")
+FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)
+
+
+def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
+    """The version words shared by every process using `directory` (a writable one: where this
+    process may only read, the memory tier stays off and nothing is opened).
+
+    The file is created if missing and its header checked; the creation
+    and any repair only ever extend the file and write the same header bytes, so processes that
+    race here all end up mapping the same file, with no word reset.
+
+    Every block of the file is allocated before it is mapped (`_allocate`): a store into a
+    mapped page with no block behind it kills the process with SIGBUS when the disk is full.
+    One mapping per file is shared by every Cache of this process (one file descriptor).
+    """
+    path = op.join(directory, VERSION_FILE)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, ownership.file_mode)
+    except OSError as exc:
+        raise DatabaseError(f"cannot open the memory tier's version file {path!r}: {exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DatabaseError(f"{path!r} is not a regular file")
+        identity = (info.st_dev, info.st_ino)
+        with _mappings_lock:
+            if info.st_size == 0:
+                ownership.apply(fd)  # new: the database file's modes and owner
+            os.lseek(fd, 0, os.SEEK_SET)
+            header = os.read(fd, len(_HEADER))
+            if header[:8] == _MAGIC and header != _HEADER:
+                raise DatabaseError(
+                    f"{path!r} was made by a different version of diskcache_core (another bucket"
+                    " layout); remove it once no process uses the cache"
+                )
+            if info.st_size < FILE_SIZE or info.st_blocks * 512 < FILE_SIZE:
+                _allocate(fd, info.st_size)  # a fully allocated file is left untouched
+            if header != _HEADER:
+                # New (empty) or damaged: write its header. Never truncates below the size other
+                # processes map, never resets a word that is in use.
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.write(fd, _HEADER)
+                os.fsync(fd)  # a power loss must not leave the name with no content
+            words = _shared_words(identity)
+            if words is not None:
+                return words
+            mapping = mmap.mmap(fd, FILE_SIZE, access=mmap.ACCESS_WRITE)  # shared, read-write
+            words = memoryview(mapping).cast("Q")  # the view keeps the mapping alive
+            _mappings[identity] = (weakref.ref(words), fd)
+            weakref.finalize(words, _forget_mapping, identity, fd)
+            fd = -1  # kept open while the mapping lives: it tells whether the file was removed
+            return words
+    except OSError as exc:
+        raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
+    finally:
+        if fd != -1:
+            os.close(fd)
+
+
+# Version words per file (device, inode) -> (the words, a descriptor of the file), shared by the
+# Caches of this process so that each file costs one mapping however many Caches open it.
+_mappings: dict[tuple[int, int], tuple[weakref.ref[memoryview], int]] = {}
+_mappings_lock = threading.RLock()  # re-entrant: a finalizer may run inside it, during gc
+
+
+def _shared_words(identity: tuple[int, int]) -> memoryview | None:
+    """This process's mapping of the file `identity`, unless that file has been removed since
+    (its inode number may then name a new file)."""
+    entry = _mappings.get(identity)
+    if entry is None:
+        return None
+    words = entry[0]()
+    if words is None or os.fstat(entry[1]).st_nlink == 0:
+        return None
+    return words
+
+
+def _forget_mapping(identity: tuple[int, int], fd: int) -> None:
+    with _mappings_lock:
+        entry = _mappings.get(identity)
+        if entry is not None and entry[1] == fd:
+            del _mappings[identity]
+    os.close(fd)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the version file its size with every block allocated (the contents stay).
+
+    Where the platform has no ``posix_fallocate``, the file is extended sparse (as a plain
+    ``ftruncate``): there a full disk can still fault a first store into a page.
+    """
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, FILE_SIZE)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+    if size < FILE_SIZE:
+        os.ftruncate(fd, FILE_SIZE)

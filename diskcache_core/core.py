@@ -1,0 +1,39 @@
+"""python-diskcache's ``diskcache.core`` module path: ``from diskcache_core.core import Cache``.
+
+An alias for code that imports python-diskcache's modules by path; new code imports from
+``diskcache_core`` itself.
+"""
+
+from ._cache import Cache
+from ._disk import (
+    ENOVAL,
+    MODE_BINARY,
+    MODE_NONE,
+    MODE_PICKLE,
+    MODE_RAW,
+    MODE_TEXT,
+    UNKNOWN,
+    Disk,
+    JSONDisk,
+)
+from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
+from ._schema import EVICTION_POLICY
+from ._settings import DEFAULT_SETTINGS
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "ENOVAL",
+    "EVICTION_POLICY",
+    "MODE_BINARY",
+    "MODE_NONE",
+    "MODE_PICKLE",
+    "MODE_RAW",
+    "MODE_TEXT",
+    "UNKNOWN",
+    "Cache",
+    "Disk",
+    "EmptyDirWarning",
+    "JSONDisk",
+    "Timeout",
+    "UnknownFileWarning",
+]

@@ -1,0 +1,5 @@
+"""python-diskcache's ``diskcache.fanout`` module path (an alias): ``FanoutCache``."""
+
+from ._fanout import FanoutCache
+
+__all__ = ["FanoutCache"]
