@@ -117,7 +117,7 @@ class CacheBase:
         if value is ENOVAL:
             if key == "count":  # python-diskcache kept the count here; it is counted now
                 return len(self)
-            rows = self._store.read(sql.SELECT_SETTING, (key,))
+            rows = self._store.read(sql.SELECT_SETTING, (sql.row_name(key),))
             if not rows:
                 raise KeyError(f"no setting or counter named {key!r}")
             value = rows[0][0]
@@ -128,7 +128,7 @@ class CacheBase:
             raise ValueError(f"{key!r} comes from code only and cannot be stored")
         value = validate_setting(key, value)
         if update:
-            self._store.write(sql.STORE_SETTING, (key, value), retry=True)
+            self._store.write(sql.STORE_SETTING, (sql.row_name(key), value), retry=True)
         if key.startswith("sqlite_"):
             self._store.read(sql.set_pragma(key[len("sqlite_"):], value))
         self._apply_setting(key, value)

@@ -122,7 +122,8 @@ def _usable(stored: dict[str, Any]) -> dict[str, Any]:
 def _read_settings(con: sqlite3.Connection, path: str, setup_timeout: float) -> dict[str, Any]:
     def read() -> dict[str, Any]:
         try:
-            return dict(con.execute(sql.SELECT_SETTINGS).fetchall())
+            rows = con.execute(sql.SELECT_SETTINGS).fetchall()
+            return {sql.setting_name(row): value for row, value in rows}
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return {}

@@ -23,7 +23,27 @@ __all__ = [
 
 DBNAME = "cache.db"
 LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: size triggers named as python-diskcache's; our disk options renamed
+
+# Settings stored under another row name: python-diskcache passes every ``disk_*`` row of the
+# Settings table to its Disk, whose constructor refuses options it does not know.
+_ROW_NAMES = {
+    "disk_compress": "core_disk_compress",
+    "disk_compress_level": "core_disk_compress_level",
+    "disk_compress_threshold": "core_disk_compress_threshold",
+}
+_SETTING_NAMES = {row: setting for setting, row in _ROW_NAMES.items()}
+
+
+def row_name(setting: str) -> str:
+    """The Settings-table row that stores `setting`."""
+    return _ROW_NAMES.get(setting, setting)
+
+
+def setting_name(row: str) -> str:
+    """The setting a Settings-table row stores (see `row_name`)."""
+    return _SETTING_NAMES.get(row, row)
+
 
 # Counters kept in the Settings table by a trigger (size) or by batched flushes (hits, misses).
 # They are not settings: passing them to Cache() is an error. There is no stored count: a
@@ -214,7 +234,9 @@ DELETE_BY_POLICY = {
 
 SELECT_SETTINGS = "SELECT key, value FROM Settings"
 SELECT_SETTING = "SELECT value FROM Settings WHERE key = ?"
+SELECT_COUNTER = SELECT_SETTING
 STORE_SETTING = "INSERT OR REPLACE INTO Settings VALUES (?, ?)"
+DELETE_SETTING = "DELETE FROM Settings WHERE key = ?"
 SELECT_HITS_MISSES = "SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"
 RESET_HITS_MISSES = "UPDATE Settings SET value = 0 WHERE key IN ('hits', 'misses')"
 ADD_TO_COUNTER = "UPDATE Settings SET value = value + ? WHERE key = ?"
@@ -265,26 +287,41 @@ _EXPIRE_INDEX = (
     " WHERE expire_time IS NOT NULL"
 )
 
-_COUNTER_TRIGGERS = (
-    "CREATE TRIGGER IF NOT EXISTS Cache_size_insert AFTER INSERT ON Cache WHEN NEW.size != 0"
-    " BEGIN UPDATE Settings SET value = value + NEW.size WHERE key = 'size'; END",
-    "CREATE TRIGGER IF NOT EXISTS Cache_size_update AFTER UPDATE OF size ON Cache"
-    " WHEN NEW.size != OLD.size BEGIN"
-    " UPDATE Settings SET value = value + NEW.size - OLD.size WHERE key = 'size'; END",
-    "CREATE TRIGGER IF NOT EXISTS Cache_size_delete AFTER DELETE ON Cache WHEN OLD.size != 0"
-    " BEGIN UPDATE Settings SET value = value - OLD.size WHERE key = 'size'; END",
+# The byte total of the value files, kept in Settings. The triggers have python-diskcache's names,
+# so that when it opens the same database (a rolling upgrade, a rollback) its own CREATE TRIGGER
+# IF NOT EXISTS finds them and adds none: the two sets would count every byte twice. Ours fire
+# only when the size changes; its update trigger fires on every update.
+_SIZE_TRIGGERS = {
+    "Settings_size_insert": (
+        "CREATE TRIGGER IF NOT EXISTS Settings_size_insert AFTER INSERT ON Cache WHEN NEW.size != 0"
+        " BEGIN UPDATE Settings SET value = value + NEW.size WHERE key = 'size'; END"
+    ),
+    "Settings_size_update": (
+        "CREATE TRIGGER IF NOT EXISTS Settings_size_update AFTER UPDATE OF size ON Cache"
+        " WHEN NEW.size != OLD.size BEGIN"
+        " UPDATE Settings SET value = value + NEW.size - OLD.size WHERE key = 'size'; END"
+    ),
+    "Settings_size_delete": (
+        "CREATE TRIGGER IF NOT EXISTS Settings_size_delete AFTER DELETE ON Cache WHEN OLD.size != 0"
+        " BEGIN UPDATE Settings SET value = value - OLD.size WHERE key = 'size'; END"
+    ),
+}
+# Schema 1 named them otherwise.
+_OLD_OBJECTS = (
+    "DROP TRIGGER IF EXISTS Cache_size_insert",
+    "DROP TRIGGER IF EXISTS Cache_size_update",
+    "DROP TRIGGER IF EXISTS Cache_size_delete",
 )
-
-# python-diskcache's triggers, dropped when one of its caches is opened: its size trigger fires
-# on every update, and together with ours would count twice.
-_PEER_OBJECTS = (
-    "DROP TRIGGER IF EXISTS Settings_count_insert",
-    "DROP TRIGGER IF EXISTS Settings_count_delete",
-    "DROP TRIGGER IF EXISTS Settings_size_insert",
-    "DROP TRIGGER IF EXISTS Settings_size_update",
-    "DROP TRIGGER IF EXISTS Settings_size_delete",
-    "DROP INDEX IF EXISTS Cache_expire_time",
+# python-diskcache's item count (its len() reads it) is kept by its own triggers, which it makes
+# when it opens a database; where they exist they are kept, and the count is made right again
+# whenever the schema is migrated. (A database only this library has used has no such triggers:
+# a count costs every insert and delete a second B-tree write, and len() counts instead.)
+_RECOUNT = (
+    "UPDATE Settings SET value = (SELECT COALESCE(SUM(size), 0) FROM Cache) WHERE key = 'size'",
+    "UPDATE Settings SET value = (SELECT COUNT(*) FROM Cache) WHERE key = 'count'",
 )
+SELECT_OBJECTS = "SELECT name, sql FROM sqlite_master"
+INSERT_COUNTER = "INSERT OR IGNORE INTO Settings VALUES (?, ?)"
 
 # Per connection (TEMP): report each value file a statement stops naming, so the Cache removes
 # it after the transaction commits (invariant 2) — and never when it rolls back.
@@ -323,9 +360,12 @@ TAG_INDEX_DROP = "DROP INDEX IF EXISTS Cache_tag_rowid"
 
 def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
     """True when the database already has every table, index and trigger these settings need."""
-    names = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+    objects = dict(con.execute(SELECT_OBJECTS).fetchall())
+    names = set(objects)
     needed = {"Settings", "Cache", "Cache_key_raw", "Cache_expire_time_partial"}
-    needed.update(("Cache_size_insert", "Cache_size_update", "Cache_size_delete"))
+    for name, statement in _SIZE_TRIGGERS.items():
+        if objects.get(name) != statement.replace(" IF NOT EXISTS", ""):
+            return False  # missing, or python-diskcache's (it counts on every update)
     index_name = POLICIES[policy].index_name
     if index_name is not None:
         needed.add(index_name)
@@ -333,7 +373,16 @@ def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
         needed.add("Cache_tag_rowid")
     elif "Cache_tag_rowid" in names:
         return False
-    return needed <= names and not {"Settings_size_update", "Cache_expire_time"} & names
+    if "Settings_count_insert" in names and not _peer_count_right(con):
+        return False
+    return needed <= names
+
+
+def _peer_count_right(con: sqlite3.Connection) -> bool:
+    """python-diskcache's item count is right (a database it has used: when it first opened one
+    this library made, it started counting from 0)."""
+    stored = con.execute(SELECT_COUNTER, ("count",)).fetchone()
+    return stored is None or stored[0] == con.execute(COUNT).fetchone()[0]
 
 
 def create_or_migrate(
@@ -356,26 +405,30 @@ def create_or_migrate(
     try:
         for statement in _TABLES:
             con.execute(statement)
+        for statement in _RECOUNT:  # kept by other triggers (or another library) until now
+            con.execute(statement)
         if stored.get("schema_version") != SCHEMA_VERSION:
-            for statement in _PEER_OBJECTS:
+            for statement in _OLD_OBJECTS:
                 con.execute(statement)
         con.execute(_EXPIRE_INDEX)
-        for statement in _COUNTER_TRIGGERS:
+        objects = dict(con.execute(SELECT_OBJECTS).fetchall())
+        for name, statement in _SIZE_TRIGGERS.items():
+            found = objects.get(name)
+            if found is not None and found != statement.replace(" IF NOT EXISTS", ""):
+                con.execute(f"DROP TRIGGER {name}")  # python-diskcache's: replaced by ours
             con.execute(statement)
         policy_index = POLICIES[policy].create_index
         if policy_index is not None:
             con.execute(policy_index)
         con.execute(TAG_INDEX_CREATE if wanted["tag_index"] else TAG_INDEX_DROP)
         for name, value in METADATA.items():
-            con.execute("INSERT OR IGNORE INTO Settings VALUES (?, ?)", (name, value))
+            con.execute(INSERT_COUNTER, (name, value))
         if stored.get("schema_version") != SCHEMA_VERSION:
-            # Recount: a python-diskcache database kept this with different triggers.
-            con.execute(
-                "UPDATE Settings SET value = (SELECT COALESCE(SUM(size), 0) FROM Cache)"
-                " WHERE key = 'size'"
-            )
+            for row in _ROW_NAMES:  # schema 1 stored them under their setting names
+                con.execute(DELETE_SETTING, (row,))
+            changed = {name: value for name, value in wanted.items() if name in _ROW_NAMES} | changed
         for name, value in {**changed, "schema_version": SCHEMA_VERSION}.items():
-            con.execute("INSERT OR REPLACE INTO Settings VALUES (?, ?)", (name, value))
+            con.execute(STORE_SETTING, (row_name(name), value))
         con.execute("COMMIT")
     except BaseException:
         if con.in_transaction:

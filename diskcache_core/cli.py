@@ -31,7 +31,7 @@ from ._cache import Cache
 from ._disk import ENOVAL, Disk, JSONDisk
 from ._safedisk import SafeDisk
 from ._errors import DiskCacheError, UnsafePickleError
-from ._schema import DBNAME, METADATA
+from ._schema import DBNAME, METADATA, setting_name
 
 __all__ = ["NotACacheError", "find_shard_directories", "main", "open_shards"]
 
@@ -248,7 +248,7 @@ class _Output:
 
 def _settings_of(shard: Cache) -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings, counters) as stored in the shard's Settings table."""
-    stored = dict(shard._store.read(_ALL_SETTINGS))
+    stored = {setting_name(row): value for row, value in shard._store.read(_ALL_SETTINGS)}
     counters = {name: stored.pop(name) for name in list(stored) if name in _NOT_SETTINGS}
     return dict(sorted(stored.items())), counters
 

@@ -1,0 +1,99 @@
+"""python-diskcache and diskcache_core on one cache directory (a rolling upgrade, a rollback):
+each opens what the other wrote, reads every item back, and neither's counters go wrong."""
+
+import os
+
+import pytest
+
+import diskcache_core as dc
+
+diskcache = pytest.importorskip("diskcache")
+
+ITEMS = {
+    "text": "value",
+    b"bytes": b"\x00\x01",
+    3: 3.5,
+    4.5: 12345678901234567890,
+    ("tuple", 1): {"a": [1, 2]},
+    "big": b"x" * 100_000,  # a value file
+}
+
+
+def _write(cache, prefix):
+    for key, value in ITEMS.items():
+        cache.set((prefix, key) if isinstance(key, tuple) else f"{prefix}{key!r}", value)
+
+
+def _expected(prefix):
+    return {
+        ((prefix, key) if isinstance(key, tuple) else f"{prefix}{key!r}"): value
+        for key, value in ITEMS.items()
+    }
+
+
+def _value_bytes(directory):
+    total = 0
+    for root, _, files in os.walk(directory):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".val"))
+    return total
+
+
+@pytest.mark.parametrize("first", ["peer", "ours"])
+def test_both_libraries_share_a_directory_back_and_forth(tmp_path, first):
+    directory = str(tmp_path / "cache")
+    order = ["peer", "ours", "peer", "ours"] if first == "peer" else ["ours", "peer", "ours", "peer"]
+    expected = {}
+    for step, who in enumerate(order):
+        if who == "peer":
+            cache = diskcache.Cache(directory)
+        else:
+            cache = dc.Cache(directory, memory_size_limit=0)
+        with cache:
+            for key, value in expected.items():
+                assert cache.get(key) == value, (who, step, key)
+            _write(cache, f"{who}{step}-")
+            expected.update(_expected(f"{who}{step}-"))
+            cache.delete(f"{who}{step}-'text'")
+            del expected[f"{who}{step}-'text'"]
+            assert cache.volume() > 0
+    with dc.Cache(directory) as ours:
+        assert len(ours) == len(expected)
+        assert ours.check() == []  # the stored byte total is exact: nothing counted twice
+        assert ours.reset("size") == _value_bytes(directory)
+        assert {key: ours[key] for key in expected} == expected
+    with diskcache.Cache(directory) as peer:
+        assert peer.check() == []
+        assert peer.reset("size") == _value_bytes(directory)
+        assert {key: peer[key] for key in expected} == expected
+        assert len(peer) == len(expected)  # its count is kept (or made) right
+
+
+def test_compression_settings_do_not_break_the_peer(tmp_path):
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory, disk_compress="zlib", disk_compress_threshold=10) as ours:
+        ours.set("plain", 1)
+    with diskcache.Cache(directory) as peer:  # refused unknown Disk options before
+        assert peer.get("plain") == 1
+        peer.set("from-peer", "text")
+    with dc.Cache(directory) as ours:
+        assert ours.disk_compress == "zlib" and ours.disk_compress_threshold == 10
+        assert ours.reset("disk_compress") == "zlib"
+        assert ours.get("from-peer") == "text"
+
+
+def test_schema_1_rows_are_renamed(tmp_path):
+    import sqlite3
+
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory, disk_compress="zlib") as ours:
+        ours.set("k", "v")
+    con = sqlite3.connect(os.path.join(directory, "cache.db"))
+    with con:  # as schema 1 left it
+        con.execute("DELETE FROM Settings WHERE key LIKE 'core_disk_%'")
+        con.execute("INSERT INTO Settings VALUES ('disk_compress', 'zlib')")
+        con.execute("UPDATE Settings SET value = 1 WHERE key = 'schema_version'")
+    con.close()
+    with dc.Cache(directory) as ours:
+        assert ours.disk_compress == "zlib" and ours.get("k") == "v"
+    with diskcache.Cache(directory) as peer:
+        assert peer.get("k") == "v"
