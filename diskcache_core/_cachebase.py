@@ -54,7 +54,9 @@ class CacheBase:
         :param disk: Disk subclass for serialization
         :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens; and,
             for this object only, ``memory_size_limit`` (bytes) and ``memory_item_limit`` (items),
-            the bounds of its memory tier (:doc:`memory`; 0 turns it off)
+            the bounds of its memory tier (:doc:`memory`; 0 turns it off), and ``read_only``:
+            when true, an existing cache is opened without writing a byte (no migration, no new
+            file; every later read too) and writes raise `DatabaseError`
         """
         if not (isinstance(disk, type) and issubclass(disk, Disk)):
             raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")

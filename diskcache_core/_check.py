@@ -14,16 +14,18 @@ FanoutCache shard) is not swept.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import os.path as op
 import stat
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _valuefiles
 from . import _reaper
 from . import _schema as sql
-from ._errors import EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
+from ._connections import FetchedRows
+from ._errors import DatabaseError, EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
 
 if TYPE_CHECKING:
     from ._connections import ThreadState
@@ -54,7 +56,7 @@ def check_cache(
         if fix:
             store.write(sql.VACUUM, (), retry)
         real_directory = op.realpath(directory)
-        with store.transaction(retry) as state:
+        with _consistent_view(store, fix, retry) as state:
             named: set[str] = set()
             for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
                 try:
@@ -89,6 +91,29 @@ def check_cache(
                 if fix:
                     state.execute(sql.STORE_SIZE, (actual_size,))
     return found
+
+
+@contextlib.contextmanager
+def _consistent_view(store: "Store", fix: bool, retry: bool) -> Iterator[Any]:
+    """A write transaction (one consistent view, and repairs); where the cache may only be read,
+    the statements run as plain reads (nothing to repair then)."""
+    if not store.pool.read_only:
+        with store.transaction(retry) as state:
+            yield state
+        return
+    if fix:
+        raise DatabaseError(f"{store.pool.path!r} is opened read-only: check cannot fix it")
+    yield _Reads(store)
+
+
+class _Reads:
+    """Runs check's statements as reads on a read-only cache."""
+
+    def __init__(self, store: "Store") -> None:
+        self._store = store
+
+    def execute(self, statement: str, params: Any = ()) -> FetchedRows:
+        return FetchedRows(self._store.read(statement, params))
 
 
 def _drop_row(state: "ThreadState", rowid: int, keep_file: bool) -> None:

@@ -54,24 +54,30 @@ def open_database(
             con.execute(sql.set_pragma(name, value)).fetchall()
 
     pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, configure)
-    pool.read_only = not os.access(directory, os.W_OK)
+    # Read-only when asked (nothing may change: not even a new -wal or -shm) or when it must be.
+    pool.read_only = bool(code_only.get("read_only")) or not os.access(directory, os.W_OK)
     setup_timeout = max(timeout, _SETUP_TIMEOUT)
-    no_wal_index = False
+    # No WAL index (-shm): no writer has the database open, so its file is the whole truth now;
+    # it is read as immutable (a read-only connection would make a -wal and -shm it cannot
+    # remove). See _connections.ReadOnlyReader for later reads.
+    no_wal_index = pool.read_only and not op.exists(pool.path + "-shm")
     try:
         if not pool.read_only:
             create_database_file(pool.path, os.stat(directory))
+        elif not op.exists(pool.path):
+            raise DatabaseError(f"no cache database in {directory!r} (opened read-only)")
+        pool.immutable = no_wal_index
         con = pool.connect(timeout=setup_timeout)
+        pool.immutable = False
     except OSError as exc:
         raise storage_error(exc, f"the cache database {pool.path!r}") from exc
     except sqlite3.Error as exc:
         raise translate_sqlite_error(exc, pool.path) from exc
-    if pool.read_only:
+    if pool.read_only and not no_wal_index:
         try:
             con.execute(sql.PROBE_SCHEMA).fetchall()
         except sqlite3.OperationalError:
-            # No WAL index (-shm) exists, and none can be made here: no writer has the database
-            # open, so its file is the whole truth now. Settings are read from it as immutable;
-            # see _connections.ReadOnlyReader for later reads.
+            # The index could not be used (or made) here: read the file as immutable.
             con.close()
             no_wal_index = pool.immutable = True
             con = pool.connect()
@@ -88,7 +94,7 @@ def open_database(
                     f"cache directory {directory!r} is read-only: cannot"
                     + (f" change settings {changed}" if stored else " create a cache")
                 )
-            if no_wal_index:
+            if no_wal_index and not code_only.get("read_only"):
                 pool.warn_unindexed()
             pool.words = None  # other processes may write: the memory tier stays off
             return Opened(pool, settings, disk, PRIVATE)

@@ -116,7 +116,8 @@ MEMORY_DEFAULTS: dict[str, int] = {
 
 # Settings never stored: the Disk's allow-list (a database someone else can write must not be
 # able to widen SafeDisk's allow-list), and the memory tier's bounds (per process).
-CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", *MEMORY_DEFAULTS})
+# ``read_only``: open without writing anything (see Cache).
+CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", "read_only", *MEMORY_DEFAULTS})
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -181,6 +182,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "disk_compress_threshold": _int,
     "memory_size_limit": _int,
     "memory_item_limit": _int,
+    "read_only": _flag,
 }
 
 
@@ -198,7 +200,7 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
         elif name.startswith("disk_"):
             checked[name] = value  # options of a custom Disk: its constructor checks them
         else:
-            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS}))
+            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, "read_only"}))
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
     return checked
 

@@ -70,3 +70,53 @@ def test_writes_on_read_only_media_raise(read_only_cache_dir: Path) -> None:
 def test_changing_settings_on_read_only_media_raises(read_only_cache_dir: Path) -> None:
     with pytest.raises(dc.DatabaseError, match="read-only.*size_limit"):
         dc.Cache(read_only_cache_dir, size_limit=5)
+
+
+def _snapshot(directory):
+    import hashlib
+
+    found = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                found[os.path.relpath(path, directory)] = hashlib.sha256(handle.read()).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("maker", ["ours", "python-diskcache"])
+def test_read_only_option_changes_no_byte(tmp_path, maker):
+    directory = str(tmp_path / "cache")
+    if maker == "ours":
+        with dc.Cache(directory) as writer:
+            writer.set("key", "value")
+            writer.set("big", b"x" * 100_000)
+    else:
+        diskcache = pytest.importorskip("diskcache")
+        with diskcache.Cache(directory) as writer:
+            writer.set("key", "value")
+            writer.set("big", b"x" * 100_000)
+    before = _snapshot(directory)
+    with dc.Cache(directory, read_only=True) as reader:
+        assert reader.get("key") == "value" and reader["big"] == b"x" * 100_000
+        assert len(reader) == 2 and sorted(reader) == ["big", "key"]
+        assert reader.check() == []
+        with pytest.raises(dc.DatabaseError):
+            reader.set("key", "other")
+    assert _snapshot(directory) == before  # same files, same bytes
+
+
+def test_read_only_option_sees_a_live_writer(tmp_path):
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory) as writer:
+        writer.set("key", 1)
+        reader = dc.Cache(directory, read_only=True)
+        assert reader.get("key") == 1
+        writer.set("key", 2)
+        assert reader.get("key") == 2
+        reader.close()
+
+
+def test_read_only_option_needs_an_existing_cache(tmp_path):
+    with pytest.raises(dc.DatabaseError):
+        dc.Cache(str(tmp_path / "none"), read_only=True)
