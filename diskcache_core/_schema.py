@@ -434,3 +434,23 @@ def create_or_migrate(
         if con.in_transaction:
             con.execute("ROLLBACK")
         raise
+
+
+# --- statements of the command-line tool -------------------------------------------------------
+# The tool reads tables directly where the Cache API would read (or unpickle) values it does
+# not need. Its listing pages through rows in rowid order (a shard's insertion order) and
+# returns store_time, by which the rows of several FanoutCache shards are merged.
+
+CLI_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+CLI_LIST_KEYS = (
+    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE rowid > ?"
+    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
+)
+CLI_LIST_TAGGED_KEYS = (
+    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE tag = ? AND rowid > ?"
+    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
+)
+CLI_COUNT_EXPIRED = (
+    "SELECT COUNT(*) FROM Cache WHERE expire_time IS NOT NULL AND expire_time < ?"
+)
+CLI_ALL_SETTINGS = "SELECT key, value FROM Settings"

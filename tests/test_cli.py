@@ -112,13 +112,14 @@ def test_reading_commands_write_nothing(cache_path):
 def test_keys(cache_path):
     result = run('keys', cache_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ['text', '7', "b'raw'", '1.5', 'big', 'fraction']
-    assert run('keys', cache_path, '--limit', '2').stdout.splitlines() == ['text', '7']
-    assert run('keys', cache_path, '--tag', 'greeting').stdout.splitlines() == ['text', 'big']
+    assert result.stdout.splitlines() == ["'text'", '7', "b'raw'", '1.5', "'big'", "'fraction'"]
+    assert run('keys', cache_path, '--limit', '2').stdout.splitlines() == ["'text'", '7']
+    assert run('keys', cache_path, '--limit', '0').stdout == ''
+    assert run('keys', cache_path, '--tag', 'greeting').stdout.splitlines() == ["'text'", "'big'"]
     assert run('keys', cache_path, '--tag', '42', '--tag-type', 'int').stdout.splitlines() == [
-        'fraction'
+        "'fraction'"
     ]
-    assert 'gone' in run('keys', cache_path, '--expired').stdout.splitlines()
+    assert "'gone'" in run('keys', cache_path, '--expired').stdout.splitlines()
 
 
 def test_keys_json(cache_path):
@@ -441,7 +442,7 @@ def test_find_shard_directories(tmp_path, cache_path):
 
 def test_main_in_process(cache_path, capsys):
     assert cli.main(['keys', str(cache_path), '--limit', '1']) == 0
-    assert capsys.readouterr().out == 'text\n'
+    assert capsys.readouterr().out == "'text'\n"
     assert cli.main(['get', str(cache_path), 'nope']) == 1
     assert cli.main(['--bogus']) == 2
 
@@ -452,9 +453,9 @@ def test_fanout_directories_are_recognised_and_every_command_spans_the_shards(tm
         for i in range(40):
             cache.set(f'key-{i}', i, tag='even' if i % 2 == 0 else 'odd')
     shards = cli.find_shard_directories(str(directory))
-    assert shards == [str(directory / ('%03d' % n)) for n in range(4)]
+    assert shards == [str(directory / f'{n:03d}') for n in range(4)]
     assert cli.main(['keys', str(directory)]) == 0
-    assert sorted(capsys.readouterr().out.split()) == sorted(f'key-{i}' for i in range(40))
+    assert sorted(capsys.readouterr().out.split()) == sorted(repr(f'key-{i}') for i in range(40))
     assert cli.main(['get', str(directory), 'key-7']) == 0
     assert capsys.readouterr().out.strip() == '7'
     assert cli.main(['stats', str(directory), '--json']) == 0
@@ -467,3 +468,154 @@ def test_fanout_directories_are_recognised_and_every_command_spans_the_shards(tm
     (directory / '001' / 'cache.db').rename(directory / '001' / 'moved.db')
     with pytest.raises(cli.NotACacheError, match='numbered'):
         cli.find_shard_directories(str(directory))
+
+
+# --- the fixes for a new user's report: --version, fan-out order, key types, --allow-type ------
+
+
+def test_version_prints_the_package_version():
+    result = run('--version')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['diskcache-core', dc.__version__]
+
+
+def _fanout_in_insertion_order(directory: Path, count: int) -> list[str]:
+    """A 4-shard FanoutCache holding `count` keys; the keys in the order they were stored."""
+    keys = [f'item-{n:03d}' for n in range(count)]
+    with dc.FanoutCache(directory, shards=4) as cache:
+        for number, key in enumerate(keys):
+            cache.set(key, number, tag='odd' if number % 2 else 'even')
+        assert len({cache.shard_for(key).directory for key in keys[:8]}) > 1  # really spread
+    return keys
+
+
+def test_keys_on_a_fanout_cache_are_in_insertion_order_across_shards(tmp_path, capsys):
+    directory = tmp_path / 'fanout'
+    keys = _fanout_in_insertion_order(directory, 40)
+    assert cli.main(['keys', str(directory)]) == 0
+    assert capsys.readouterr().out.splitlines() == [repr(key) for key in keys]
+    # --limit cuts the merged list, not the first shard's.
+    assert cli.main(['keys', str(directory), '--limit', '3']) == 0
+    assert capsys.readouterr().out.splitlines() == [repr(key) for key in keys[:3]]
+    assert cli.main(['keys', str(directory), '--tag', 'odd', '--limit', '4', '--json']) == 0
+    listed = [item['key']['value'] for item in json.loads(capsys.readouterr().out)]
+    assert listed == keys[1:8:2]
+
+
+def test_keys_text_output_tells_key_types_apart(tmp_path):
+    directory = tmp_path / 'types'
+    stored = [42, '42', b'42', 42.0 + 0.5, 'two\nlines', ('tuple', 1)]
+    with dc.Cache(directory) as cache:
+        for key in stored:
+            cache.set(key, 'value')
+    lines = run('keys', directory).stdout.splitlines()
+    assert lines == ['42', "'42'", "b'42'", '42.5', "'two\\nlines'", "('tuple', 1)"]
+    assert len(set(lines)) == len(stored)
+    # JSON output stays faithful to the types.
+    assert [item['key'] for item in run_json('keys', directory)][:2] == [
+        {'type': 'int', 'value': 42}, {'type': 'str', 'value': '42'}
+    ]
+
+
+def test_allow_type_extends_safedisks_allow_list(cache_path):
+    refused = run('get', cache_path, 'fraction')
+    assert refused.returncode == 3
+    assert '--allow-type fractions.Fraction' in refused.stderr
+    for args in (['get', cache_path, 'fraction', '--allow-type', 'fractions.Fraction'],
+                 ['--allow-type', 'fractions.Fraction', 'get', cache_path, 'fraction'],
+                 ['get', cache_path, 'fraction', '--allow-type', 'fractions:Fraction']):
+        allowed = run(*args)
+        assert allowed.returncode == 0, allowed.stderr
+        assert allowed.stdout == repr(fractions.Fraction(1, 3)) + '\n'
+    # Given on both sides of the command, both lists count.
+    both = run('--allow-type', 'decimal.Decimal', 'get', cache_path, 'fraction',
+               '--allow-type', 'fractions.Fraction', '--json')
+    assert both.returncode == 0, both.stderr
+    assert json.loads(both.stdout)['value']['class'] == 'fractions.Fraction'
+
+
+@pytest.mark.parametrize(
+    ('option', 'message'),
+    [
+        ('fractions.Nope', 'fractions has no Nope'),
+        ('no_such_module.Thing', 'no such module'),
+        ('os.path.join', 'not a class'),
+        ('Fraction', 'no such module'),
+    ],
+)
+def test_allow_type_bad_names_are_usage_errors(cache_path, option, message):
+    result = run('get', cache_path, 'fraction', '--allow-type', option)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_allow_type_needs_safedisk(cache_path):
+    result = run('get', cache_path, 'text', '--disk', 'pickle', '--allow-type', 'fractions.Fraction')
+    assert result.returncode == 2
+    assert '--allow-type applies to --disk safe only' in result.stderr
+
+
+def test_allow_type_reads_a_django_cache_page_entry(tmp_path):
+    pytest.importorskip('django')
+    location = tmp_path / 'django'
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE='tests.django_project.settings',
+               DISKCACHE_CORE_DJANGO_LOCATION=str(location))
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+    script = (
+        'import django; django.setup()\n'
+        'from django.test import Client\n'
+        'assert Client().get("/cached/").content == b"cached 1"\n'
+    )
+    filled = subprocess.run([sys.executable, '-c', script], check=False, capture_output=True,
+                            text=True, env=env, cwd=ROOT, timeout=120)
+    assert filled.returncode == 0, filled.stderr
+    pages = [item['key']['value'] for item in run_json('keys', location)
+             if 'cache_page' in item['key']['value']]
+    assert len(pages) == 1
+    refused = run('get', location, pages[0])
+    assert refused.returncode == 3
+    assert '--allow-type django.http.response.HttpResponse' in refused.stderr
+    types = ['django.http.response.HttpResponse', 'django.http.response.ResponseHeaders',
+             'http.cookies.SimpleCookie']  # as docs/cli.rst says
+    allowed = run('get', location, pages[0], *[arg for name in types for arg in ('--allow-type', name)])
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.startswith('<HttpResponse status_code=200')
+
+
+def _every_file(path: Path) -> dict:
+    """Every file below `path` (the -wal and -shm included) and a hash of its bytes."""
+    import hashlib
+
+    return {
+        str(item.relative_to(path)): hashlib.sha256(item.read_bytes()).hexdigest()
+        for item in sorted(path.rglob('*')) if item.is_file()
+    }
+
+
+@pytest.mark.parametrize('maker', ['python-diskcache', 'fanout', 'schema-1'])
+def test_reading_commands_change_no_byte_and_make_no_file(tmp_path, maker):
+    directory = tmp_path / 'cache'
+    if maker == 'python-diskcache':
+        diskcache = pytest.importorskip('diskcache')
+        with diskcache.Cache(str(directory)) as peer:
+            peer.set('key', 'value')
+            peer.set('big', b'x' * 100_000)
+    elif maker == 'fanout':
+        with dc.FanoutCache(str(directory), shards=3) as fanout:
+            for number in range(10):
+                fanout.set(number, str(number))
+    else:  # an older schema: a writing open would migrate it
+        with dc.Cache(str(directory)) as cache:
+            cache.set('key', 'value')
+        con = sqlite3.connect(directory / 'cache.db')
+        with con:
+            con.execute("UPDATE Settings SET value = 1 WHERE key = 'schema_version'")
+        con.close()
+    before = _every_file(directory)
+    key = '1' if maker == 'fanout' else 'key'
+    flags = ['--int'] if maker == 'fanout' else []
+    for command in (['stats'], ['keys'], ['settings'], ['settings', 'size_limit'], ['check'],
+                    ['get', key, *flags]):
+        result = run(command[0], directory, *command[1:])
+        assert result.returncode == 0, (command, result.stderr)
+    assert _every_file(directory) == before  # no migration, no -wal/-shm, no version file

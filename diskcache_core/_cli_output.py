@@ -1,0 +1,81 @@
+"""How the command line shows keys, values and sizes: text for people, tagged JSON for programs.
+
+Text output prints a value as it is when it is text (so ``get`` can feed other tools) and by
+its repr otherwise. Keys are always printed by their repr: a key names an item only together
+with its type, so the int ``42`` (``42``) and the str ``"42"`` (``'42'``) must never print
+alike, and a key holding a newline must stay on its line. JSON output says each value's type.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import IO, Any
+
+from ._cli_caches import Unreadable
+
+__all__ = ["Output", "human_size", "key_text", "plain", "present_key", "tagged"]
+
+
+def plain(value: Any) -> str:
+    """A value for people: text as is, everything else as its repr."""
+    return value if type(value) is str else repr(value)
+
+
+def key_text(key: Any) -> str:
+    """A key for people: its repr, which differs for keys of different types (see above)."""
+    return repr(key)
+
+
+def tagged(value: Any) -> dict[str, Any]:
+    """A value for programs: JSON that says what type it was."""
+    kind = type(value)
+    if value is None:
+        return {"type": "none", "value": None}
+    if kind is bool:
+        return {"type": "bool", "value": value}
+    if kind is str:
+        return {"type": "str", "value": value}
+    if kind is int:
+        return {"type": "int", "value": value}
+    if kind is float:
+        return {"type": "float", "value": value if math.isfinite(value) else repr(value)}
+    if kind is bytes:
+        return {"type": "bytes", "hex": value.hex()}
+    return {"type": "object", "class": f"{kind.__module__}.{kind.__qualname__}", "repr": repr(value)}
+
+
+def present_key(key: Any, as_json: bool) -> Any:
+    """A listed key, which may be Unreadable, as text or as tagged JSON."""
+    if not as_json:
+        return key_text(key)
+    if isinstance(key, Unreadable):
+        return {"type": "unreadable", "error": str(key.error)}
+    return tagged(key)
+
+
+def human_size(size: int) -> str:
+    """A byte count, with a binary-unit approximation from 1 KiB up."""
+    amount = float(size)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{size} bytes" if unit == "bytes" else f"{size} bytes ({amount:.1f} {unit})"
+        amount /= 1024
+    return f"{size} bytes"  # pragma: no cover
+
+
+class Output:
+    """Writes a command's result as text lines or as one JSON document."""
+
+    def __init__(self, as_json: bool, stream: IO[str]) -> None:
+        self.as_json = as_json
+        self.stream = stream
+
+    def json(self, document: Any) -> None:
+        """Write `document` as indented JSON; values JSON cannot hold are written `tagged`."""
+        json.dump(document, self.stream, indent=2, allow_nan=False, default=tagged)
+        self.stream.write("\n")
+
+    def line(self, text: str = "") -> None:
+        """Write one line of text."""
+        self.stream.write(text + "\n")
