@@ -15,6 +15,7 @@ import ast
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import tarfile
@@ -69,6 +70,25 @@ def venv_python(directory: Path) -> Path:
     return directory / ('Scripts' if os.name == 'nt' else 'bin') / 'python'
 
 
+def make_venv(directory: Path) -> Path:
+    """A new virtual environment that also sees this one's packages (for hatchling and mypy
+    without the network), after its own; returns its interpreter.
+
+    Through a .pth of plain paths, sorted after the editable install's: unlike
+    ``--system-site-packages`` it works from inside a virtual environment (tox) too, and it does
+    not run this environment's .pth files, so an editable install of the checkout made here is
+    not seen there.
+    """
+    venv.EnvBuilder(with_pip=True).create(directory)
+    python = venv_python(directory)
+    purelib = run([python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+                  cwd=directory).stdout.strip()
+    ours = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    Path(purelib, 'zz_test_packaging_outer.pth').write_text(
+        ''.join(f'{path}\n' for path in ours if os.path.isdir(path)), encoding='utf-8')
+    return python
+
+
 @pytest.fixture(scope='module')
 def build_backend() -> None:
     pytest.importorskip('hatchling', reason='the build backend is not installed (pip install -e .[test])')
@@ -80,11 +100,7 @@ def test_an_editable_install_is_visible_to_type_checkers(tmp_path, build_backend
     which reads the same .pth paths) follows: no import hook that only the interpreter sees."""
     pytest.importorskip('mypy', reason='mypy is not installed (pip install -e .[test])')
     project = copy_project(tmp_path / 'project')
-    env_dir = tmp_path / 'venv'
-    # With the system site-packages for hatchling and mypy; the package itself comes from the
-    # copy (asserted below), since the venv's own site-packages come first.
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
-    python = venv_python(env_dir)
+    python = make_venv(tmp_path / 'venv')
     outside = tmp_path / 'elsewhere'
     outside.mkdir()
     run([python, '-m', 'pip', 'install', '-q', '--no-deps', '--no-build-isolation', '--no-index',
