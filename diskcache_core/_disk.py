@@ -22,7 +22,7 @@ import stat
 import struct
 import tempfile
 import zlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from ._arguments import check_text
 from ._errors import DiskCacheError, DiskFullError, UnsafeValueFileError
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-class Constant(tuple):
+class Constant(tuple[str]):
     """A named sentinel that pickles and compares by identity of name (python-diskcache's shape)."""
 
     def __new__(cls, name: str) -> "Constant":
@@ -80,7 +80,7 @@ _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
 
 
-def open_cache_directory(directory: Any) -> str:
+def open_cache_directory(directory: str | os.PathLike[str] | None) -> str:
     """The cache directory `directory` names (a new temporary one for None), created owner-only
     if missing; TypeError for a non-path, NotADirectoryError for a file."""
     if directory is None:
@@ -159,7 +159,8 @@ def _lz4_codec() -> _Codec:
     import lz4.frame  # optional dependency, imported only when asked for
 
     def compress(data: bytes, level: int | None) -> bytes:
-        return lz4.frame.compress(data, compression_level=0 if level is None else level)
+        # lz4 ships no type information: its compress is typed here, where it is called.
+        return cast(bytes, lz4.frame.compress(data, compression_level=0 if level is None else level))
 
     return _Codec("lz4", 3, compress, lz4.frame.decompress)
 
