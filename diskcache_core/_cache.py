@@ -101,17 +101,27 @@ class Cache(CacheBase, AsyncCacheMixin):
         db_key, raw = self._disk.put(key)
         memory = self._memory
         fill = memory.begin_fill(db_key, raw) if memory is not None and not read else None
+        if expire_time or tag:
+            statement = sql.SELECT_ITEM
+        else:
+            statement = sql.SELECT_VALUE if fill is None else sql.SELECT_VALUE_EXPIRY
+        db_expire = db_tag = None
         evictor = self._evictor
         for _ in range(_FILE_RACE_RETRIES):
             now = _now()
             try:
-                row = self._store.read_one(sql.SELECT_ITEM, (db_key, raw, now), retry)
+                row = self._store.read_one(statement, (db_key, raw, now), retry)
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
                 check_key(db_key)
                 raise
             if row is None:
                 break
-            db_expire, db_tag, mode, filename, db_value = row
+            if statement is sql.SELECT_VALUE:
+                mode, filename, db_value = row
+            elif statement is sql.SELECT_VALUE_EXPIRY:
+                mode, filename, db_value, db_expire = row
+            else:
+                mode, filename, db_value, db_expire, db_tag = row
             if mode == MODE_RAW and self._plain_fetch and not read:
                 value = db_value
             else:
@@ -138,7 +148,9 @@ class Cache(CacheBase, AsyncCacheMixin):
             memory.finish_fill_absent(fill, db_key, raw)  # type: ignore[union-attr]
         if evictor.tracks_reads:
             evictor.note_read(db_key, raw, False, now)
-        return shape(default, None, None, expire_time, tag)
+        if expire_time or tag:
+            return shape(default, None, None, expire_time, tag)
+        return default
 
     def __getitem__(self, key: Any) -> Any:
         """Return the value for `key`; KeyError when missing."""

@@ -93,19 +93,21 @@ EVICTION_POLICY: dict[str, dict[str, str | None]] = {
 
 NOT_EXPIRED = "(expire_time IS NULL OR expire_time > ?)"
 
-SELECT_ITEM = (
-    "SELECT expire_time, tag, mode, filename, value FROM Cache"
-    " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
-)
+# A get selects only what it returns (each column costs): the value; with the memory tier on,
+# its expiry too (kept with it in memory); for get(expire_time=..., tag=...), the tag as well.
+# The columns come in this order in all three.
 SELECT_VALUE = (
     "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 )
-SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
-# get when the memory tier is on: the expire time goes with the value into memory.
 SELECT_VALUE_EXPIRY = (
     "SELECT mode, filename, value, expire_time FROM Cache WHERE key = ? AND raw = ? AND "
     + NOT_EXPIRED
 )
+SELECT_ITEM = (
+    "SELECT mode, filename, value, expire_time, tag FROM Cache"
+    " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+)
+SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 
 _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
