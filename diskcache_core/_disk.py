@@ -220,7 +220,10 @@ class Disk:
         self._real_directory = op.realpath(directory)
         self.min_file_size = min_file_size
         self.pickle_protocol = pickle_protocol
-        self.compress_level = compress_level
+        # A subclass written the python-diskcache way sets its own ``compress_level`` (say, for
+        # its JSON compression) before calling this: when none is given here, it stays.
+        if compress_level is not None or not hasattr(self, "compress_level"):
+            self.compress_level = compress_level
         self.compress_threshold = compress_threshold
         self.compress = compress
 

@@ -89,12 +89,28 @@ class Settings:
         }
 
     def disk_options(self, code_only: dict[str, Any]) -> dict[str, Any]:
-        """Keyword arguments of the Disk: the ``disk_*`` settings without their prefix."""
+        """Keyword arguments of the Disk: the ``disk_*`` settings without their prefix.
+
+        This library's own options (compression) are passed only when they differ from their
+        defaults, so that a Disk subclass written for python-diskcache, whose constructor has
+        its own defaults for such names (``compress_level``), gets them.
+        """
         values = {**self.values(), **code_only}
-        return {name[len("disk_"):]: value for name, value in values.items() if name.startswith("disk_")}
+        return {
+            name[len("disk_"):]: value
+            for name, value in values.items()
+            if name.startswith("disk_")
+            and not (name in _OWN_DISK_OPTIONS and value == _OWN_DISK_OPTIONS[name])
+        }
 
 
 _FIELDS = tuple(field.name for field in dataclasses.fields(Settings) if field.name != "extra")
+# Disk options python-diskcache's Disk does not have, and their defaults.
+_OWN_DISK_OPTIONS = {
+    "disk_compress": None,
+    "disk_compress_level": None,
+    "disk_compress_threshold": 1024,
+}
 
 #: Every stored setting and its default (python-diskcache's public name for them).
 DEFAULT_SETTINGS: dict[str, Any] = {name: getattr(Settings(), name) for name in _FIELDS}

@@ -392,3 +392,42 @@ def test_json_disk_cache_iterates_queue_keys(tmp_path):
     assert list(cache) == [first, 'named']
     assert cache.pull() == (first, {'job': 1})
     cache.close()
+
+
+class _PeerStyleJSONDisk(dc.Disk):
+    """python-diskcache's documented JSONDisk pattern: its own compress_level, set before
+    calling the base constructor, and python-diskcache's put/get/store/fetch signatures."""
+
+    def __init__(self, directory, compress_level=1, **kwargs):
+        self.compress_level = compress_level
+        super().__init__(directory, **kwargs)
+
+    def put(self, key):
+        return super().put(zlib.compress(json.dumps(key).encode('utf-8'), self.compress_level))
+
+    def get(self, key, raw):
+        return json.loads(zlib.decompress(super().get(key, raw)).decode('utf-8'))
+
+    def store(self, value, read, key=dc.UNKNOWN):
+        if not read:
+            value = zlib.compress(json.dumps(value).encode('utf-8'), self.compress_level)
+        return super().store(value, read, key=key)
+
+    def fetch(self, mode, filename, value, read):
+        data = super().fetch(mode, filename, value, read)
+        if not read:
+            data = json.loads(zlib.decompress(data).decode('utf-8'))
+        return data
+
+
+@pytest.mark.parametrize('settings', [{}, {'disk_compress_level': 6}, {'memory_size_limit': 0}])
+def test_python_diskcache_style_disk_subclass_works_unchanged(tmp_path, settings):
+    with dc.Cache(str(tmp_path / 'c'), disk=_PeerStyleJSONDisk, **settings) as cache:
+        assert cache.disk.compress_level == settings.get('disk_compress_level', 1)
+        cache.set('key', {'a': [1, 2]})
+        cache.set(['list', 'key'], 'x' * 50_000)  # a value file
+        assert cache.get('key') == {'a': [1, 2]}
+        assert cache[['list', 'key']] == 'x' * 50_000
+        assert sorted(map(str, cache)) == sorted(map(str, ['key', ['list', 'key']]))
+        assert cache.incr('n') == 1 and cache.incr('n') == 2
+        assert cache.pop('key') == {'a': [1, 2]}
