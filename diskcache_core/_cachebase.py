@@ -68,6 +68,7 @@ class CacheBase:
         self._code_only = code_only  # kept when the cache is pickled
         opened = open_database(directory, timeout, disk, checked, code_only)
         self._settings = opened.settings
+        self._counters = opened.counters
         self._disk = opened.disk
         self._store = Store(opened.pool, timeout, opened.disk)
         self._evictor = Evictor(self._store, opened.settings)
@@ -118,12 +119,15 @@ class CacheBase:
         """
         if value is ENOVAL:
             if key == "count":  # python-diskcache kept the count here; it is counted now
-                return len(self)
+                self._counters["count"] = len(self)
+                return self._counters["count"]
             rows = self._store.read(sql.SELECT_SETTING, (sql.row_name(key),))
             if not rows:
                 raise KeyError(f"no setting or counter named {key!r}")
             value = rows[0][0]
-            if key not in sql.METADATA and key != "schema_version":
+            if key in self._counters:
+                self._counters[key] = value
+            elif key != "schema_version":
                 self._apply_setting(key, value)
             return value
         if key in CODE_ONLY_SETTINGS:
@@ -141,6 +145,31 @@ class CacheBase:
         elif key == "tag_index" and update:
             self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         return value
+
+    # python-diskcache's counter attributes: their values when the cache was opened, or at the
+    # last ``reset(name)`` (stale by design; prefer len(), stats() and volume()).
+
+    @property
+    def count(self) -> int:
+        """Items when opened or at the last ``reset('count')``; prefer ``len(cache)``."""
+        if self._counters["count"] is None:
+            self._counters["count"] = len(self)
+        return int(self._counters["count"])
+
+    @property
+    def size(self) -> int:
+        """Bytes in value files when opened or at the last ``reset('size')``."""
+        return int(self._counters["size"] or 0)
+
+    @property
+    def hits(self) -> int:
+        """Hits stored when opened or at the last ``reset('hits')``; prefer `stats`."""
+        return int(self._counters["hits"] or 0)
+
+    @property
+    def misses(self) -> int:
+        """Misses stored when opened or at the last ``reset('misses')``; prefer `stats`."""
+        return int(self._counters["misses"] or 0)
 
     def create_tag_index(self) -> None:
         """Create the index that makes `evict(tag)` fast (better: ``Cache(tag_index=True)``)."""

@@ -36,6 +36,9 @@ class Opened(NamedTuple):
     settings: Settings  # the settings in force (stored ones, updated by the caller's)
     disk: Disk
     ownership: Ownership  # modes and owner of the files created in the directory
+    # The counters as the database held them when opened (python-diskcache's stale attributes);
+    # ``count`` is None where the database keeps none (then counted when first asked for).
+    counters: dict[str, int | None]
 
 
 def open_database(
@@ -97,7 +100,7 @@ def open_database(
             if no_wal_index and not code_only.get("read_only"):
                 pool.warn_unindexed()
             pool.words = None  # other processes may write: the memory tier stays off
-            return Opened(pool, settings, disk, PRIVATE)
+            return Opened(pool, settings, disk, PRIVATE, _counters(stored))
         wanted = settings.values()
         if not stored:
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
@@ -106,11 +109,17 @@ def open_database(
         # Only once the directory is known to hold a cache database.
         ownership = disk.ownership = ownership_of(pool.path)
         pool.words = open_versions(directory, ownership)
-        return Opened(pool, settings, disk, ownership)
+        return Opened(pool, settings, disk, ownership, _counters(stored))
     except sqlite3.Error as exc:
         raise translate_sqlite_error(exc, pool.path) from exc
     finally:
         con.close()
+
+
+def _counters(stored: dict[str, Any]) -> dict[str, int | None]:
+    counters: dict[str, int | None] = {name: stored.get(name, 0) for name in sql.METADATA}
+    counters["count"] = stored.get("count", None if stored else 0)  # a new database: empty
+    return counters
 
 
 def _usable(stored: dict[str, Any]) -> dict[str, Any]:

@@ -291,3 +291,21 @@ def test_open_read_only_directory(cache_dir):
     finally:
         for path, mode in modes.items():
             os.chmod(path, stat.S_IMODE(mode))
+
+
+def test_python_diskcache_tutorial_settings_and_stale_counters(tmp_path):
+    # python-diskcache's tutorial, "Settings" section, verbatim in substance.
+    cache = dc.Cache(str(tmp_path / 'c'), size_limit=int(4e9))
+    assert cache.size_limit == 4000000000
+    assert cache.disk_min_file_size == 32768
+    assert cache.reset('cull_limit', 0) == 0  # Disable automatic evictions.
+    assert cache.set(b'key', 1.234) is True
+    assert cache.count == 0  # Stale attribute.
+    assert cache.reset('count') == 1  # Prefer: len(cache)
+    assert cache.count == 1
+    cache.set('big', b'x' * 100_000)
+    assert cache.size == 0 and cache.reset('size') == 100_000 and cache.size == 100_000
+    assert (cache.hits, cache.misses) == (0, 0)
+    cache.close()
+    with dc.Cache(str(tmp_path / 'c')) as again:  # an existing cache: counted when asked
+        assert again.count == 2 and again.size == 100_000
