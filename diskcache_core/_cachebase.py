@@ -83,6 +83,7 @@ class CacheBase:
 
     tag_index = SettingAttribute[int]("tag_index")
     cull_limit = SettingAttribute[int]("cull_limit")
+    exact_size_limit = SettingAttribute[int]("exact_size_limit")
     eviction_policy = SettingAttribute[str]("eviction_policy")
     statistics = SettingAttribute[int]("statistics")
     size_limit = SettingAttribute[int]("size_limit")
@@ -106,6 +107,8 @@ class CacheBase:
             self._evictor.set_statistics(value)
         elif name == "size_limit":
             self._evictor.set_size_limit(value)
+        elif name == "exact_size_limit":
+            self._evictor.set_exact(value)
         else:
             self._settings.changed(name, value)
             if name.startswith("disk_"):

@@ -54,9 +54,19 @@ class Evictor:
 
     def set_size_limit(self, value: Any) -> None:
         self.settings.size_limit = validate_setting("size_limit", value)
-        # Check the limit every 1/128th of it (between 4 KiB and 1 MiB of writes): the cache
-        # may overshoot it by that much per process, never more.
-        self.store.check_every = min(max(self.settings.size_limit // 128, 4096), 2**20)
+        self._set_check_interval()
+
+    def set_exact(self, value: Any) -> None:
+        self.settings.exact_size_limit = validate_setting("exact_size_limit", value)
+        self._set_check_interval()
+
+    def _set_check_interval(self) -> None:
+        if self.settings.exact_size_limit:
+            self.store.check_every = 1  # after every write that stores bytes
+        else:
+            # Every 1/128th of the limit (between 4 KiB and 1 MiB of writes): the cache may
+            # overshoot it by that much per process, never more.
+            self.store.check_every = min(max(self.settings.size_limit // 128, 4096), 2**20)
 
     # --- bookkeeping ----------------------------------------------------------------------------
 

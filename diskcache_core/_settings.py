@@ -44,6 +44,7 @@ class Settings:
     eviction_policy: str = "least-recently-stored"
     size_limit: int = 2**30  # bytes (1 GiB)
     cull_limit: int = 10  # items a write's size check may evict
+    exact_size_limit: int = 0  # 1: check the size limit after every write (python-diskcache's way)
     sqlite_auto_vacuum: int = 1  # FULL
     sqlite_cache_size: int = 2**13  # pages
     sqlite_journal_mode: str = "wal"
@@ -191,6 +192,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "eviction_policy": _policy,
     "size_limit": _int,
     "cull_limit": _int,
+    "exact_size_limit": _flag,
     "disk_min_file_size": _int,
     "disk_pickle_protocol": lambda name, value: _int(name, value, 0, pickle.HIGHEST_PROTOCOL),
     "disk_compress": _compressor,

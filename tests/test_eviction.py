@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+import diskcache_core as dc
 from store_helpers import unnamed_files, wait_until, warning_text
 
 KIB = 1024
@@ -255,3 +256,27 @@ def test_writes_inside_transactions_count_towards_the_size_limit(make_store):
         assert cache.volume() <= _bound(LIMIT) + 10 * 50 * KIB  # at most one batch over
     assert cache.volume() <= _bound(LIMIT) + 10 * 50 * KIB
     assert len(cache) < 100 and 99 in cache
+
+
+@pytest.mark.parametrize('policy', ['least-recently-stored', 'least-recently-used',
+                                    'least-frequently-used'])
+def test_exact_size_limit_is_within_the_limit_after_every_write(tmp_path, policy):
+    item = 100_000  # value files: each removal frees its bytes at once
+    cache = dc.Cache(str(tmp_path / 'c'), size_limit=5 * item + 60_000, eviction_policy=policy,
+                     exact_size_limit=True, memory_size_limit=0)
+    for number in range(5):
+        cache.set(number, b'x' * item)
+    for _ in range(3):  # 1..4 read (and so used more, and more often) than 0
+        for number in range(1, 5):
+            cache.get(number)
+    for number in range(5, 12):
+        cache.set(number, b'x' * item)
+        assert cache.volume() <= cache.size_limit  # at once, not after a check interval
+        assert number in cache
+    survivors = sorted(key for key in cache)
+    assert len(survivors) == 5
+    if policy == 'least-recently-stored':
+        assert survivors == list(range(7, 12))
+    else:
+        assert 0 not in survivors  # the least used went first
+    cache.close()
