@@ -26,7 +26,10 @@ from typing import Any, TypeVar
 from ._arguments import check_text
 from ._disk import Disk
 
-__all__ = ["LAYOUT_FILE", "MAX_SHARDS", "placement", "placement_hash", "read_layout", "shard_name"]
+__all__ = [
+    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
+    "placement_hash", "read_layout", "shard_name",
+]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -37,10 +40,10 @@ MAX_SHARDS = 1000
 _HASH_CRC = "crc32-fibonacci-v1"
 _HASH_PEER = "python-diskcache-adler32"
 _U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
-_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: multiplying spreads nearby CRCs apart
+MASK64 = 0xFFFFFFFFFFFFFFFF
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: multiplying spreads nearby CRCs apart
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_crc32 = zlib.crc32
+crc32 = zlib.crc32
 
 
 def placement_hash(db_key: Any) -> int:
@@ -52,20 +55,20 @@ def placement_hash(db_key: Any) -> int:
     kind = type(db_key)
     if kind is str:
         try:
-            crc = _crc32(db_key.encode("utf-8"))
+            crc = crc32(db_key.encode("utf-8"))
         except UnicodeEncodeError:
             check_text("key", db_key)  # ValueError naming the key
             raise
     elif kind is bytes:
-        crc = _crc32(db_key, 1)
+        crc = crc32(db_key, 1)
     else:
         if kind is float and db_key.is_integer() and _INT64_MIN <= db_key <= _INT64_MAX:
             db_key, kind = int(db_key), int
         if kind is int:
-            crc = _crc32(db_key.to_bytes(8, "little", signed=True), 2)
+            crc = crc32(db_key.to_bytes(8, "little", signed=True), 2)
         else:
-            crc = _crc32(struct.pack("<d", db_key), 3)
-    return ((crc * _GOLDEN) & _U64) >> 32
+            crc = crc32(struct.pack("<d", db_key), 3)
+    return ((crc * GOLDEN) & MASK64) >> 32
 
 
 def _peer_hash(db_key: Any) -> int:
@@ -87,33 +90,44 @@ def _peer_hash(db_key: Any) -> int:
 def placement(layout: str, disk: Disk, shards: Sequence[T]) -> Callable[[Any], T]:
     """The function placing a key on one of `shards` under `layout` (from `read_layout`).
 
-    Every keyed operation of FanoutCache finds its shard through it. With the standard
-    ``Disk.put``, str and bytes keys are their own stored form: they are hashed inline, without
-    a call to ``put`` or `placement_hash` (the hot path of get and set).
+    Every keyed operation of FanoutCache finds its shard through it (``get`` inlines its
+    arithmetic, see `hashes_text_inline`). With the standard ``Disk.put``, str and bytes keys
+    are their own stored form: they are hashed here, without a call to ``put`` or
+    `placement_hash`.
     """
     table = tuple(shards)
     count = len(table)
     put = disk.put
     if layout == _HASH_PEER:
         return lambda key: table[_peer_hash(put(key)[0]) % count]
-    if type(disk).put is not Disk.put:
+    if not hashes_text_inline(layout, disk):
         return lambda key: table[placement_hash(put(key)[0]) % count]
+
+    crc, golden, mask = crc32, GOLDEN, MASK64  # cells: read faster than module globals
 
     def place(key: Any) -> T:
         kind = type(key)
         if kind is str:
             try:
-                crc = _crc32(key.encode())
+                return table[(((crc(key.encode()) * golden) & mask) >> 32) % count]
             except UnicodeEncodeError:
                 check_text("key", key)  # lone surrogates: ValueError naming the key
                 raise
-        elif kind is bytes:
-            crc = _crc32(key, 1)
-        else:
-            return table[placement_hash(put(key)[0]) % count]
-        return table[(((crc * _GOLDEN) & _U64) >> 32) % count]
+        if kind is bytes:
+            return table[(((crc(key, 1) * golden) & mask) >> 32) % count]
+        return table[placement_hash(put(key)[0]) % count]
 
     return place
+
+
+def hashes_text_inline(layout: str, disk: Disk) -> bool:
+    """True when `placement` hashes str and bytes keys inline under `layout` with `disk`.
+
+    Then a str key's shard number is ``(((crc32(key.encode()) * GOLDEN) & MASK64) >> 32) %
+    shards`` (a bytes key's starts from ``crc32(key, 1)``): the arithmetic a hot path may
+    inline to save the call (FanoutCache.get does).
+    """
+    return layout == _HASH_CRC and type(disk).put is Disk.put
 
 
 def shard_name(number: int) -> str:

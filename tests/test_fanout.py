@@ -166,6 +166,16 @@ def test_every_keyed_operation_uses_the_one_placement(fanout):
         only_at_home()
 
 
+def test_gets_inlined_placement_agrees_with_the_placement_function(fanout):
+    keys = [f'user:{i}' for i in range(300)] + [f'clé-{i}-ü' for i in range(100)]
+    keys += [b'blob-%d' % i for i in range(300)]
+    for key in keys:
+        fanout.shard_for(key).set(key, key)  # placed by the placement function alone
+    assert all(fanout.get(key) == key for key in keys)  # found by get's inlined arithmetic
+    with pytest.raises(ValueError, match='not valid UTF-8'):
+        fanout.get('lone \udc80 surrogate')
+
+
 # --- the give-up contract under real contention ----------------------------------------------
 
 
