@@ -180,7 +180,9 @@ class AsyncDataMixin:
         """Awaitable `pop`."""
         return await run_sync(self.pop, key, default, expire_time, tag, retry)
 
-    async def atouch(self: SyncData, key: Any, expire: float | None = None, retry: bool = False) -> bool:
+    async def atouch(
+        self: SyncData, key: Any, expire: float | None = None, retry: bool = False
+    ) -> bool:
         """Awaitable `touch`."""
         return await run_sync(self.touch, key, expire, retry)
 

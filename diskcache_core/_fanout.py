@@ -107,7 +107,9 @@ def _store_within_share(shard: Cache) -> None:
     store, remove = disk.store, disk.remove
     owner = weakref.ref(shard)  # the Disk belongs to the shard: no reference cycle
 
-    def store_within_share(value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, str | None, Any]:
+    def store_within_share(
+        value: Any, read: bool, key: Any = UNKNOWN
+    ) -> tuple[int, int, str | None, Any]:
         stored = store(value, read, key)
         size, _, filename, db_value = stored
         if not size and type(db_value) in (bytes, str):

@@ -40,7 +40,9 @@ class SubCollections:
         self._made: dict[tuple[str, str], tuple[Cache, Any]] = {}  # (kind, name): (store, made)
         self._lock = threading.Lock()
 
-    def _get(self, kind: str, name: str, store: Callable[[str], Cache], wrap: Callable[[Cache], T]) -> T:
+    def _get(
+        self, kind: str, name: str, store: Callable[[str], Cache], wrap: Callable[[Cache], T]
+    ) -> T:
         """The `kind` named `name`: ``wrap(store(path))``, made on first use."""
         parts = _check_name(name)
         with self._lock:
@@ -62,7 +64,10 @@ class SubCollections:
 
     def deque(self, name: str, maxlen: int | None) -> Deque[Any]:
         """The Deque `name`; `maxlen` applies when it is first made."""
-        return self._get("deque", name, self._unevicted, lambda store: Deque.fromcache(store, maxlen=maxlen))
+        def wrap(store: Cache) -> Deque[Any]:
+            return Deque.fromcache(store, maxlen=maxlen)
+
+        return self._get("deque", name, self._unevicted, wrap)
 
     def index(self, name: str) -> Index[Any, Any]:
         """The Index `name`."""

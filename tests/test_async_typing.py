@@ -133,11 +133,12 @@ def test_mypy_strict_reports_misused_twins_and_passes_correct_use(tmp_path: Path
         timeout=300,
     )
     output = result.stdout + result.stderr
-    reported: dict[str, set[tuple[int, str]]] = {"user_mistakes.py": set(), "user_correct.py": set()}
+    files = ("user_mistakes.py", "user_correct.py")
+    reported: dict[str, set[tuple[int, str]]] = {name: set() for name in files}
     for line in output.splitlines():
         found = _ERROR.match(line)
         if found:
             reported.setdefault(found["file"], set()).add((int(found["line"]), found["code"]))
     assert reported["user_correct.py"] == set(), output
     assert reported["user_mistakes.py"] == expected_errors(mistakes), output
-    assert set(reported) == {"user_mistakes.py", "user_correct.py"}, output
+    assert set(reported) == set(files), output

@@ -487,18 +487,21 @@ class DjangoCache(BaseCache):  # type: ignore[misc]  # Django ships no type info
     # aclose keep Django's versions: the first awaits aget/aadd below; the second has nothing
     # to do, like close.
 
-    async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
-                   read: bool = False, tag: Any = None, retry: bool = True) -> bool:
+    async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
+                   version: int | None = None, read: bool = False, tag: Any = None,
+                   retry: bool = True) -> bool:
         """Awaitable `add`."""
         return await run_sync(self.add, key, value, timeout, version, read, tag, retry)
 
-    async def aget(self, key: str, default: Any = None, version: int | None = None, read: bool = False,
-                   expire_time: bool = False, tag: bool = False, retry: bool = False) -> Any:
+    async def aget(self, key: str, default: Any = None, version: int | None = None,
+                   read: bool = False, expire_time: bool = False, tag: bool = False,
+                   retry: bool = False) -> Any:
         """Awaitable `get`."""
         return await run_sync(self.get, key, default, version, read, expire_time, tag, retry)
 
-    async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
-                   read: bool = False, tag: Any = None, retry: bool = True) -> bool:
+    async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
+                   version: int | None = None, read: bool = False, tag: Any = None,
+                   retry: bool = True) -> bool:
         """Awaitable `set`."""
         return await run_sync(self.set, key, value, timeout, version, read, tag, retry)
 
