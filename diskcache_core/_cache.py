@@ -35,11 +35,6 @@ _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: re
 class Cache(CacheBase, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it."""
 
-    # Set (a message with {size} and {limit}) where an item larger than the size limit must be
-    # refused rather than stored and evicted at the next size check, a silent loss: FanoutCache
-    # shards, whose limit is a fraction of the total the user chose.
-    _oversize_message: str | None = None
-
     def memoize(
         self,
         name: str | None = None,
@@ -233,10 +228,6 @@ class Cache(CacheBase, AsyncCacheMixin):
             check_tag(tag)
         size, mode, filename, db_value = disk.store(value, read, key=key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
-        if self._oversize_message is not None and charge > self._settings.size_limit:
-            if filename is not None:
-                self._store.remove_file(filename)
-            raise ValueError(self._oversize_message.format(size=charge, limit=self.size_limit))
         params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
         try:

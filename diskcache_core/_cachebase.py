@@ -155,9 +155,10 @@ class CacheBase:
     @property
     def count(self) -> int:
         """Items when opened or at the last ``reset('count')``; prefer ``len(cache)``."""
-        if self._counters["count"] is None:
-            self._counters["count"] = len(self)
-        return int(self._counters["count"])
+        count = self._counters["count"]
+        if count is None:
+            count = self._counters["count"] = len(self)
+        return count
 
     @property
     def size(self) -> int:

@@ -42,6 +42,19 @@ def test_every_twin_exists_and_names_its_sync_method(cache_class):
         assert function.__name__ == twin and method in function.__doc__
 
 
+def test_every_twin_has_its_sync_methods_signature(cache_class):
+    """Same parameters (names, kinds, defaults, annotations) and result type: what type checkers
+    read (tests/test_async_typing.py checks what they report)."""
+    twins = dict(DATA_TWINS)
+    if issubclass(cache_class, AsyncCacheMixin):
+        twins.update(QUEUE_TWINS)
+    for twin, method in twins.items():
+        expected = inspect.signature(getattr(cache_class, method))
+        actual = inspect.signature(getattr(cache_class, twin))
+        assert list(actual.parameters.values())[1:] == list(expected.parameters.values())[1:], twin
+        assert actual.return_annotation == expected.return_annotation, twin
+
+
 def test_twins_return_what_the_sync_methods_return(cache):
     async def main():
         assert await cache.aset('a', 1, expire=60, tag='t') is True

@@ -10,6 +10,7 @@ subprocesses started with ``DJANGO_SETTINGS_MODULE=tests.django_project.settings
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import os
 import sqlite3
@@ -335,6 +336,23 @@ async def async_contract_scenario(backend: Any) -> list[Any]:
 def test_async_contract_matches_locmem(cache):
     expected = asyncio.run(async_contract_scenario(LocMemCache("async-contract", {})))
     assert asyncio.run(async_contract_scenario(cache)) == expected
+
+
+def test_async_twins_have_their_sync_methods_signatures():
+    """Each a* method takes what its sync method takes (what type checkers read), and every a*
+    method of Django's BaseCache is either ours or one of the two we leave to Django."""
+    from django.core.cache.backends.base import BaseCache
+
+    django_twins = {name for name in vars(BaseCache) if name.startswith("a") and name[1:] in vars(BaseCache)}
+    ours = {name for name in vars(DjangoCache) if name.startswith("a") and name[1:] in dir(DjangoCache)}
+    assert django_twins - ours == {"aget_or_set", "aclose"}
+    assert "apop" in ours
+    for name in ours:
+        twin, sync = getattr(DjangoCache, name), getattr(DjangoCache, name[1:])
+        assert inspect.iscoroutinefunction(twin) and twin.__qualname__ == f"DjangoCache.{name}"
+        expected, actual = inspect.signature(sync), inspect.signature(twin)
+        assert actual.parameters == expected.parameters, name
+        assert actual.return_annotation == expected.return_annotation, name
 
 
 def test_async_methods_run_off_the_event_loop(cache, monkeypatch):

@@ -141,6 +141,41 @@ def test_items_live_in_their_shard(fanout):
     assert list(reversed(fanout)) == list(fanout)[::-1]
 
 
+def test_every_keyed_operation_uses_the_one_placement(fanout):
+    for key in ['s', b'b', 7, 1.5, ('t', 1)]:
+        home = fanout.shard_for(key)
+        others = [shard for shard in fanout.shards if shard is not home]
+
+        def only_at_home():
+            assert key in home and not any(key in shard for shard in others)
+
+        assert fanout.set(key, 1) is True
+        only_at_home()
+        assert fanout.get(key) == 1 == fanout[key] and key in fanout
+        assert fanout.delete(key) is True and key not in home
+        assert fanout.add(key, 2) is True
+        only_at_home()
+        assert fanout.touch(key, 60) is True and home.get(key, expire_time=True)[1] is not None
+        del fanout[key]
+        assert key not in home
+        fanout[key] = b'v'
+        only_at_home()
+        assert fanout.read(key).read() == b'v'
+        assert fanout.pop(key) == b'v' and key not in home
+        assert fanout.incr(key) == 1 and fanout.decr(key, 3) == -2 and home[key] == -2
+        only_at_home()
+
+
+def test_gets_inlined_placement_agrees_with_the_placement_function(fanout):
+    keys = [f'user:{i}' for i in range(300)] + [f'clé-{i}-ü' for i in range(100)]
+    keys += [b'blob-%d' % i for i in range(300)]
+    for key in keys:
+        fanout.shard_for(key).set(key, key)  # placed by the placement function alone
+    assert all(fanout.get(key) == key for key in keys)  # found by get's inlined arithmetic
+    with pytest.raises(ValueError, match='not valid UTF-8'):
+        fanout.get('lone \udc80 surrogate')
+
+
 # --- the give-up contract under real contention ----------------------------------------------
 
 
@@ -321,6 +356,21 @@ def test_item_larger_than_its_shard_share_is_refused(tmp_path, value, read):
     }
     assert {f for f in files_after - files_before if not f.startswith(os.path.join(shard.directory, 'cache.db'))} == set()
     assert cache.set('small', b'x' * 1000) is True
+    cache.close()
+
+
+def test_check_fits_states_the_rule_before_anything_is_stored(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'c'), shards=4, size_limit=4 * 4096)
+    share = cache.shard_for('big').size_limit
+    cache.check_fits('big', b'x' * share)  # fits exactly
+    cache.check_fits('big', 'y' * share)
+    for value in (b'x' * (share + 1), 'y' * (share + 1)):
+        with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+            cache.check_fits('big', value)
+    cache.check_fits('big', list(range(5000)))  # measured when serialized: set refuses it
+    with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+        cache.set('big', list(range(5000)))
+    assert len(cache) == 0
     cache.close()
 
 

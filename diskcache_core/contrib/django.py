@@ -36,7 +36,6 @@ Decisions, and why:
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import time
@@ -105,7 +104,7 @@ def _location(directory: Any) -> str:
             "DjangoCache needs LOCATION: the cache directory (shared by every process using it)"
         )
     try:
-        path = os.fspath(directory)
+        path: str = os.fspath(directory)
     except TypeError:
         raise ImproperlyConfigured(f"LOCATION must be a path, not {directory!r}") from None
     return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
@@ -137,23 +136,7 @@ class _VersionedKeys:
         )
 
 
-def _awaitable(name: str) -> Callable[..., Any]:
-    """``a<name>``: awaits ``self.<name>(...)`` run in diskcache_core's thread pool.
-
-    Django's defaults run the sync method with ``sync_to_async(thread_sensitive=True)``, which
-    funnels every cache call of the process through one thread; our connections are per thread,
-    so the calls can run side by side.
-    """
-
-    async def twin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return await run_sync(getattr(self, name), *args, **kwargs)
-
-    twin.__name__ = twin.__qualname__ = f"a{name}"
-    twin.__doc__ = f"Awaitable `{name}`: same arguments and result, run off the event loop."
-    return twin
-
-
-class DjangoCache(BaseCache):
+class DjangoCache(BaseCache):  # Django ships no type information: see pyproject's mypy section
     """Django cache backend storing items in a `FanoutCache` in the LOCATION directory.
 
     Implements Django's cache API (with awaitable ``a*`` methods that never block the event
@@ -352,16 +335,13 @@ class DjangoCache(BaseCache):
         expire = self._expire(timeout)
         made = [(self.make_and_validate_key(key, version=version), key, value)
                 for key, value in data.items()]
-        groups = self._by_shard(made)
-        for shard, items in groups.items():  # refuse what cannot fit before storing anything
-            for _, key, value in items:
-                if type(value) in (bytes, str) and len(value) > shard.size_limit:
-                    raise ValueError(
-                        f"value of {key!r} ({len(value)} bytes) exceeds one shard's size limit "
-                        f"({shard.size_limit} bytes)"
-                    )
+        for made_key, key, value in made:  # refuse what cannot fit before storing anything
+            try:
+                self._fanout.check_fits(made_key, value)
+            except ValueError as exc:
+                raise ValueError(f"value of {key!r}: {exc}") from None
         failed: list[str] = []
-        for shard, items in groups.items():
+        for shard, items in self._by_shard(made).items():
             try:
                 with shard.transact(retry=retry):
                     for made_key, _, value in items:
@@ -403,6 +383,10 @@ class DjangoCache(BaseCache):
         self._fanout.set(new, value, remaining, tag=tag, retry=True)
         self._fanout.delete(old, retry=True)
         return version + delta
+
+    def decr_version(self, key: str, delta: int = 1, version: int | None = None) -> int:
+        """Move `key` to version ``version - delta``; return the new version (see `incr_version`)."""
+        return self.incr_version(key, -delta, version)
 
     def clear(self) -> int:
         """Remove every item; return how many were removed."""
@@ -495,32 +479,82 @@ class DjangoCache(BaseCache):
         )
 
     # --- awaitable twins (Django's a* API) -------------------------------------------------
-    # aget_or_set and aclose keep Django's versions: the first awaits aget/aadd below; the
-    # second has nothing to do, like close.
+    # Each runs its sync method in diskcache_core's thread pool (`run_sync`). Django's defaults
+    # use ``sync_to_async(thread_sensitive=True)``, which funnels every cache call of the process
+    # through one thread; our connections are per thread, so the calls can run side by side.
+    # Written out so that type checkers see each sync method's parameters (a twin made by a
+    # factory would lose, in pyright, to the untyped twin BaseCache declares). aget_or_set and
+    # aclose keep Django's versions: the first awaits aget/aadd below; the second has nothing
+    # to do, like close.
 
-    aadd = _awaitable("add")
-    aget = _awaitable("get")
-    aset = _awaitable("set")
-    atouch = _awaitable("touch")
-    adelete = _awaitable("delete")
-    ahas_key = _awaitable("has_key")
-    aincr = _awaitable("incr")
-    adecr = _awaitable("decr")
-    aget_many = _awaitable("get_many")
-    aset_many = _awaitable("set_many")
-    adelete_many = _awaitable("delete_many")
-    aincr_version = _awaitable("incr_version")
-    adecr_version = _awaitable("decr_version")
-    aclear = _awaitable("clear")
-    apop = _awaitable("pop")
+    async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
+                   version: int | None = None, read: bool = False, tag: Any = None,
+                   retry: bool = True) -> bool:
+        """Awaitable `add`."""
+        return await run_sync(self.add, key, value, timeout, version, read, tag, retry)
 
+    async def aget(self, key: str, default: Any = None, version: int | None = None,
+                   read: bool = False, expire_time: bool = False, tag: bool = False,
+                   retry: bool = False) -> Any:
+        """Awaitable `get`."""
+        return await run_sync(self.get, key, default, version, read, expire_time, tag, retry)
 
-def _describe_twins() -> None:
-    # The twins take exactly their sync method's arguments: show that signature in help().
-    for name, member in vars(DjangoCache).items():
-        if getattr(member, "__code__", None) is _awaitable("get").__code__:
-            member.__signature__ = inspect.signature(getattr(DjangoCache, name[1:]))
-            member.__qualname__ = f"DjangoCache.{name}"
+    async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
+                   version: int | None = None, read: bool = False, tag: Any = None,
+                   retry: bool = True) -> bool:
+        """Awaitable `set`."""
+        return await run_sync(self.set, key, value, timeout, version, read, tag, retry)
 
+    async def atouch(self, key: str, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
+                     retry: bool = True) -> bool:
+        """Awaitable `touch`."""
+        return await run_sync(self.touch, key, timeout, version, retry)
 
-_describe_twins()
+    async def adelete(self, key: str, version: int | None = None, retry: bool = True) -> bool:
+        """Awaitable `delete`."""
+        return await run_sync(self.delete, key, version, retry)
+
+    async def ahas_key(self, key: str, version: int | None = None) -> bool:
+        """Awaitable `has_key`."""
+        return await run_sync(self.has_key, key, version)
+
+    async def aincr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+                    retry: bool = True) -> Any:
+        """Awaitable `incr`."""
+        return await run_sync(self.incr, key, delta, version, default, retry)
+
+    async def adecr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+                    retry: bool = True) -> Any:
+        """Awaitable `decr`."""
+        return await run_sync(self.decr, key, delta, version, default, retry)
+
+    async def aget_many(self, keys: Iterable[str], version: int | None = None) -> dict[str, Any]:
+        """Awaitable `get_many`."""
+        return await run_sync(self.get_many, keys, version)
+
+    async def aset_many(self, data: dict[str, Any], timeout: Any = DEFAULT_TIMEOUT,
+                        version: int | None = None, retry: bool = True) -> list[str]:
+        """Awaitable `set_many`."""
+        return await run_sync(self.set_many, data, timeout, version, retry)
+
+    async def adelete_many(self, keys: Iterable[str], version: int | None = None,
+                           retry: bool = True) -> None:
+        """Awaitable `delete_many`."""
+        return await run_sync(self.delete_many, keys, version, retry)
+
+    async def aincr_version(self, key: str, delta: int = 1, version: int | None = None) -> int:
+        """Awaitable `incr_version`."""
+        return await run_sync(self.incr_version, key, delta, version)
+
+    async def adecr_version(self, key: str, delta: int = 1, version: int | None = None) -> int:
+        """Awaitable `decr_version`."""
+        return await run_sync(self.decr_version, key, delta, version)
+
+    async def aclear(self) -> int:
+        """Awaitable `clear`."""
+        return await run_sync(self.clear)
+
+    async def apop(self, key: str, default: Any = None, version: int | None = None,
+                   expire_time: bool = False, tag: bool = False, retry: bool = True) -> Any:
+        """Awaitable `pop`."""
+        return await run_sync(self.pop, key, default, version, expire_time, tag, retry)

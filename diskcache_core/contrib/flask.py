@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from flask import Flask
 from flask_caching.backends.base import BaseCache
@@ -41,8 +42,20 @@ from .. import Cache, Disk, Timeout
 
 __all__ = ["DiskCache"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 _EXPIRED = -1.0  # expire argument for negative timeouts: stored already expired
 _CHECKS_PER_THRESHOLD = 256
+
+
+def _unless_busy(failure: R, operation: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """``operation(...)``, or `failure` when the database stayed busy past its timeout: cachelib's
+    backends return their failure value (False, None) rather than raise."""
+    try:
+        return operation(*args, **kwargs)
+    except Timeout:
+        return failure
 
 
 class DiskCache(BaseCache):
@@ -150,43 +163,29 @@ class DiskCache(BaseCache):
 
     def get(self, key: str) -> Any:
         """The value of `key`, or None when it is missing or expired."""
-        try:
-            return self._cache.get(key)
-        except Timeout:
-            return None
+        return _unless_busy(None, self._cache.get, key)
 
     def has(self, key: str) -> bool:
         """True when `key` is present and not expired (without reading its value)."""
-        try:
-            return key in self._cache
-        except Timeout:
-            return False
+        return _unless_busy(False, self._cache.__contains__, key)
 
     def set(self, key: str, value: Any, timeout: Any = None) -> bool:
         """Store `value` under `key`; False when the database stayed busy."""
-        try:
-            stored = self._cache.set(key, value, expire=self._expire(timeout))
-        except Timeout:
-            return False
-        self._wrote()
+        stored = _unless_busy(False, self._cache.set, key, value, expire=self._expire(timeout))
+        if stored:
+            self._wrote()
         return stored
 
     def add(self, key: str, value: Any, timeout: Any = None) -> bool:
         """Store `value` only if `key` is missing or expired (atomically); True when stored."""
-        try:
-            stored = self._cache.add(key, value, expire=self._expire(timeout))
-        except Timeout:
-            return False
+        stored = _unless_busy(False, self._cache.add, key, value, expire=self._expire(timeout))
         if stored:
             self._wrote()
         return stored
 
     def delete(self, key: str) -> bool:
         """Remove `key`; True when it was present."""
-        try:
-            return self._cache.delete(key)
-        except Timeout:
-            return False
+        return _unless_busy(False, self._cache.delete, key)
 
     def get_many(self, *keys: str) -> list[Any]:
         """The values of `keys`, in order (None for missing ones)."""
@@ -223,29 +222,21 @@ class DiskCache(BaseCache):
 
     def clear(self) -> bool:
         """Remove every item; False when the database stayed busy part-way."""
-        try:
-            self._cache.clear()
-        except Timeout:
-            return False
-        return True
+        return _unless_busy(None, self._cache.clear) is not None
 
     def inc(self, key: str, delta: int = 1) -> int | None:
         """Add `delta` to the number at `key` atomically (a missing key starts at 0); the new
         value, or None when the database stayed busy."""
-        try:
-            value = self._cache.incr(key, delta, default=0)
-        except Timeout:
-            return None
-        self._wrote()
+        value: int | None = _unless_busy(None, self._cache.incr, key, delta, default=0)
+        if value is not None:
+            self._wrote()
         return value
 
     def dec(self, key: str, delta: int = 1) -> int | None:
         """Subtract `delta` from the number at `key` atomically; see `inc`."""
-        try:
-            value = self._cache.decr(key, delta, default=0)
-        except Timeout:
-            return None
-        self._wrote()
+        value: int | None = _unless_busy(None, self._cache.decr, key, delta, default=0)
+        if value is not None:
+            self._wrote()
         return value
 
     def close(self) -> None:

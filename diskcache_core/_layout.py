@@ -1,0 +1,189 @@
+"""Where FanoutCache keeps a key: the placement hash, and the layout file that fixes it.
+
+A key goes to shard ``placement_hash(stored key) % shards``: CRC-32 of the key's stored form
+(as the Disk stores it), spread by a multiplicative (Fibonacci) mix. It is the same in every
+process and Python version, costs ~0.2 us (a cryptographic hash costs twice that on every
+call, a fifth of a get), and is uniform for integer keys with a stride (python-diskcache hashes
+an integer key to itself, so keys 0, 8, 16, ... all land on one of 8 shards).
+
+The layout (shard count and hash) is recorded in ``fanout.json`` when the directory is created;
+reopening with another shard count raises ValueError instead of silently missing every moved
+key. A directory python-diskcache created (shards but no ``fanout.json``) keeps
+python-diskcache's placement, so its items stay reachable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import os.path as op
+import struct
+import tempfile
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ._arguments import check_text
+from ._disk import Disk
+from ._schema import LAYOUT_FILE
+
+__all__ = [
+    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
+    "placement_hash", "read_layout", "shard_name",
+]  # fmt: skip
+
+T = TypeVar("T")
+
+# Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
+# is a database, its WAL and version files: a few file descriptors per thread that uses it.
+MAX_SHARDS = 1000
+_HASH_CRC = "crc32-fibonacci-v1"
+_HASH_PEER = "python-diskcache-adler32"
+_U32 = 0xFFFFFFFF
+MASK64 = 0xFFFFFFFFFFFFFFFF
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: multiplying spreads nearby CRCs apart
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+crc32 = zlib.crc32
+
+
+def placement_hash(db_key: Any) -> int:
+    """A 32-bit hash of a stored key (as `Disk.put` returns it), stable across processes.
+
+    Keys the database treats as equal hash equally (``1`` and ``1.0``); each stored type
+    starts the CRC from a different value, so ``'1'``, ``b'1'`` and ``1`` are unrelated.
+    """
+    kind = type(db_key)
+    if kind is str:
+        try:
+            crc = crc32(db_key.encode("utf-8"))
+        except UnicodeEncodeError:
+            check_text("key", db_key)  # ValueError naming the key
+            raise
+    elif kind is bytes:
+        crc = crc32(db_key, 1)
+    else:
+        if kind is float and db_key.is_integer() and _INT64_MIN <= db_key <= _INT64_MAX:
+            db_key, kind = int(db_key), int
+        if kind is int:
+            crc = crc32(db_key.to_bytes(8, "little", signed=True), 2)
+        else:
+            crc = crc32(struct.pack("<d", db_key), 3)
+    return ((crc * GOLDEN) & MASK64) >> 32
+
+
+def _peer_hash(db_key: Any) -> int:
+    """python-diskcache's placement hash of a stored key, for directories it created."""
+    kind = type(db_key)
+    if kind is bytes:
+        return zlib.adler32(db_key) & _U32
+    if kind is str:
+        try:
+            return zlib.adler32(db_key.encode("utf-8")) & _U32
+        except UnicodeEncodeError:
+            check_text("key", db_key)  # ValueError naming the key
+            raise
+    if kind is int:
+        return int(db_key % _U32)
+    return zlib.adler32(struct.pack("!d", db_key)) & _U32
+
+
+def placement(layout: str, disk: Disk, shards: Sequence[T]) -> Callable[[Any], T]:
+    """The function placing a key on one of `shards` under `layout` (from `read_layout`).
+
+    Every keyed operation of FanoutCache finds its shard through it (``get`` inlines its
+    arithmetic, see `hashes_text_inline`). With the standard ``Disk.put``, str and bytes keys
+    are their own stored form: they are hashed here, without a call to ``put`` or
+    `placement_hash`.
+    """
+    table = tuple(shards)
+    count = len(table)
+    put = disk.put
+    if layout == _HASH_PEER:
+        return lambda key: table[_peer_hash(put(key)[0]) % count]
+    if not hashes_text_inline(layout, disk):
+        return lambda key: table[placement_hash(put(key)[0]) % count]
+
+    crc, golden, mask = crc32, GOLDEN, MASK64  # cells: read faster than module globals
+
+    def place(key: Any) -> T:
+        kind = type(key)
+        if kind is str:
+            try:
+                return table[(((crc(key.encode()) * golden) & mask) >> 32) % count]
+            except UnicodeEncodeError:
+                check_text("key", key)  # lone surrogates: ValueError naming the key
+                raise
+        if kind is bytes:
+            return table[(((crc(key, 1) * golden) & mask) >> 32) % count]
+        return table[placement_hash(put(key)[0]) % count]
+
+    return place
+
+
+def hashes_text_inline(layout: str, disk: Disk) -> bool:
+    """True when `placement` hashes str and bytes keys inline under `layout` with `disk`.
+
+    Then a str key's shard number is ``(((crc32(key.encode()) * GOLDEN) & MASK64) >> 32) %
+    shards`` (a bytes key's starts from ``crc32(key, 1)``): the arithmetic a hot path may
+    inline to save the call (FanoutCache.get does).
+    """
+    return layout == _HASH_CRC and type(disk).put is Disk.put
+
+
+def shard_name(number: int) -> str:
+    """The subdirectory of shard `number`: ``000`` to ``999``."""
+    return f"{number:03d}"
+
+
+def read_layout(directory: str, shards: int) -> str:
+    """Read, or record, how keys are placed in `directory`; returns the hash's name.
+
+    ValueError when the directory was laid out for another shard count, or its layout file
+    cannot be read.
+    """
+    path = op.join(directory, LAYOUT_FILE)
+    # Shards first, then the layout file: ours writes the file before any shard, so a shard
+    # seen without a layout file was made by python-diskcache.
+    existing = sum(
+        len(name) == 3 and name.isdigit() and op.isdir(op.join(directory, name))
+        for name in os.listdir(directory)
+    )
+    try:
+        with open(path, encoding="utf-8") as handle:
+            layout = json.load(handle)
+    except FileNotFoundError:
+        if existing:
+            if existing != shards:
+                raise ValueError(
+                    f"{directory!r} holds a python-diskcache FanoutCache with {existing} "
+                    f"shards; open it with shards={existing}"
+                ) from None
+            return _HASH_PEER
+        if _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC}):
+            return _HASH_CRC
+        return read_layout(directory, shards)  # another opener recorded it first: use theirs
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"cannot read the shard layout {path!r}: {exc}") from exc
+    if not isinstance(layout, dict) or layout.get("hash") not in (_HASH_CRC, _HASH_PEER):
+        raise ValueError(f"unknown shard layout in {path!r}: {layout!r}")
+    if layout.get("shards") != shards:
+        raise ValueError(
+            f"{directory!r} was created with shards={layout.get('shards')}; "
+            f"opening it with shards={shards} would misplace every key"
+        )
+    return str(layout["hash"])
+
+
+def _record_layout(path: str, layout: dict[str, Any]) -> bool:
+    """Write the layout file at `path` unless it exists; False when another opener's is there."""
+    fd, temp = tempfile.mkstemp(dir=op.dirname(path), prefix=".fanout-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(layout, handle)
+        try:
+            os.link(temp, path)  # atomic, and never replaces another opener's file
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        os.unlink(temp)

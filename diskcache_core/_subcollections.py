@@ -1,0 +1,85 @@
+"""Named sub-collections inside a cache directory: ``cache/<name>``, ``deque/<name>`` and
+``index/<name>`` (python-diskcache's layout), each a Cache of its own made on first use.
+
+FanoutCache (and through it the Django backend) hands them out; one object per name and kind,
+so every caller of ``fanout.deque('jobs')`` shares one Deque, and ``close()`` reaches them all.
+"""
+
+from __future__ import annotations
+
+import os.path as op
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ._cache import Cache
+from ._disk import Disk
+from ._persistent import Deque, Index
+
+__all__ = ["SubCollections"]
+
+T = TypeVar("T")
+
+
+def _check_name(name: Any) -> list[str]:
+    """Split a sub-collection name into path parts that stay inside the cache directory."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    parts = name.split("/")
+    if not name or any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+        raise ValueError(f"name must be relative path parts without '.', '..' or '', got {name!r}")
+    return parts
+
+
+class SubCollections:
+    """The named caches, deques and indexes under `directory`, made with Disk type `disk`."""
+
+    def __init__(self, directory: str, disk: type[Disk]) -> None:
+        self._directory = directory
+        self._disk = disk
+        self._made: dict[tuple[str, str], tuple[Cache, Any]] = {}  # (kind, name): (store, made)
+        self._lock = threading.Lock()
+
+    def _get(
+        self, kind: str, name: str, store: Callable[[str], Cache], wrap: Callable[[Cache], T]
+    ) -> T:
+        """The `kind` named `name`: ``wrap(store(path))``, made on first use."""
+        parts = _check_name(name)
+        with self._lock:
+            found = self._made.get((kind, name))
+            if found is None:
+                made = store(op.join(self._directory, kind, *parts))
+                found = self._made[(kind, name)] = (made, wrap(made))
+            collection: T = found[1]
+            return collection
+
+    def cache(self, name: str, timeout: float, disk: type[Disk] | None, **settings: Any) -> Cache:
+        """The Cache `name` (`disk` None: the directory's Disk type); `timeout` and `settings`
+        apply when it is first made."""
+        disk_type = self._disk if disk is None else disk
+        return self._get(
+            "cache", name, lambda path: Cache(path, timeout=timeout, disk=disk_type, **settings),
+            lambda store: store,
+        )
+
+    def deque(self, name: str, maxlen: int | None) -> Deque[Any]:
+        """The Deque `name`; `maxlen` applies when it is first made."""
+        def wrap(store: Cache) -> Deque[Any]:
+            return Deque.fromcache(store, maxlen=maxlen)
+
+        return self._get("deque", name, self._unevicted, wrap)
+
+    def index(self, name: str) -> Index[Any, Any]:
+        """The Index `name`."""
+        return self._get("index", name, self._unevicted, Index.fromcache)
+
+    def _unevicted(self, path: str) -> Cache:
+        # A deque or index is a collection, not a cache: nothing in it is evicted.
+        return Cache(path, disk=self._disk, eviction_policy="none")
+
+    def close(self) -> None:
+        """Close every sub-collection's Cache (each reopens on next use)."""
+        with self._lock:
+            stores = [store for store, _ in self._made.values()]
+        for store in stores:
+            store.close()
