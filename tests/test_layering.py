@@ -394,3 +394,17 @@ def test_the_table_parser_reads_the_first_column(tmp_path):
         ----
         ''')
     assert [name for _, name in table_modules(text)] == ['_a', 'sub.b']
+
+
+def test_modules_and_classes_stay_small():
+    """One concept per module: no module over 600 lines, no class over 450 (ARCHITECTURE.md)."""
+    too_big = []
+    for path in sorted(Path(__file__).resolve().parent.parent.joinpath('diskcache_core').rglob('*.py')):
+        source = path.read_text(encoding='utf-8')
+        lines = source.count('\n') + 1
+        if lines > 600:
+            too_big.append(f'{path.name}: {lines} lines')
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 450:
+                too_big.append(f'{path.name}: class {node.name}, {node.end_lineno - node.lineno + 1} lines')
+    assert not too_big, too_big
