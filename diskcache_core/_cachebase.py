@@ -323,6 +323,12 @@ class CacheBase:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
         return self._evictor.cull(retry)
 
+    def evict_items(self, count: int, retry: bool = False) -> int:
+        """Remove up to `count` items in the eviction policy's order (store order under
+        ``"none"``), expired or not; return how many. For an entry-count limit (Django's
+        ``MAX_ENTRIES``) on top of ``size_limit``."""
+        return self._evictor.evict_in_order(count, retry)
+
     def volume(self) -> int:
         """Estimated bytes on disk: database pages in use plus value files."""
         return self._evictor.volume()

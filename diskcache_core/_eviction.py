@@ -168,6 +168,27 @@ class Evictor:
         _reaper.drain()
         return count
 
+    def evict_in_order(self, count: int, retry: bool = False) -> int:
+        """Remove up to `count` items in the policy's order (store order under "none"), expired
+        or not; return how many. Timeout carries the count so far."""
+        if type(count) is not int or count < 0:
+            raise ValueError(f"count must be an int >= 0, not {count!r}")
+        delete = sql.DELETE_BY_POLICY.get(self.settings.eviction_policy)
+        if delete is None:
+            delete = sql.DELETE_BY_POLICY["least-recently-stored"]
+        self.flush_access_log()  # the order is that of every read noted so far
+        removed = 0
+        try:
+            while removed < count:
+                done = self.store.write(delete, (min(_BATCH, count - removed),), retry).rowcount
+                if done <= 0:
+                    break
+                removed += done
+        except Timeout:
+            raise Timeout(removed) from None
+        _reaper.drain()
+        return removed
+
     def check_size(self) -> None:
         """The periodic write-path check: drop expired items, then cull if over the limit."""
         store, settings = self.store, self.settings

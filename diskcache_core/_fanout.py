@@ -415,6 +415,24 @@ class FanoutCache(AsyncDataMixin):
         """Remove expired items, then evict by policy until each shard is within its limit."""
         return self._each_until_done("cull", retry=retry)
 
+    def evict_items(self, count: int, retry: bool = False) -> int:
+        """Remove up to `count` items in the eviction policy's order, each shard giving up its
+        share (in proportion to the items it holds); return how many."""
+        if type(count) is not int or count < 0:
+            raise ValueError(f"count must be an int >= 0, not {count!r}")
+        sizes = [len(shard) for shard in self._shards]
+        total = sum(sizes)
+        if not total or not count:
+            return 0
+        count = min(count, total)
+        shares = [size * count // total for size in sizes]
+        by_size = sorted(range(len(sizes)), key=lambda number: sizes[number] - shares[number])
+        for number in reversed(by_size[-(count - sum(shares)):] if count > sum(shares) else []):
+            shares[number] += 1  # the remainder from the shards with the most left
+        return sum(
+            shard.evict_items(share, retry) for shard, share in zip(self._shards, shares) if share
+        )
+
     def clear(self, retry: bool = False) -> int:
         """Remove every item from every shard; return how many."""
         return self._each_until_done("clear", retry=retry)

@@ -160,8 +160,9 @@ def test_defaults_are_python_diskcaches(make_backend):
     [
         ("", {}, "LOCATION"),
         (None, {}, "LOCATION"),
-        ("{dir}", {"OPTIONS": {"MAX_ENTRIES": 100}}, "size_limit"),
-        ("{dir}", {"OPTIONS": {"CULL_FREQUENCY": 3}}, "cull_limit"),
+        ("{dir}", {"OPTIONS": {"MAX_ENTRIES": 0}}, "MAX_ENTRIES"),
+        ("{dir}", {"OPTIONS": {"MAX_ENTRIES": "many"}}, "MAX_ENTRIES"),
+        ("{dir}", {"OPTIONS": {"CULL_FREQUENCY": -1}}, "CULL_FREQUENCY"),
         ("{dir}", {"OPTIONS": {"colour": "blue"}}, "unknown setting"),
         ("{dir}", {"SHARDS": "8"}, "shards must be an int"),
         ("{dir}", {"OPTIONS": {"size_limit": -1}}, "size_limit"),
@@ -783,3 +784,20 @@ def test_processes_share_one_cache_through_django(cache, location):
     assert cache.get_many([f"process-{n}" for n in range(workers)]) == {
         f"process-{n}": pid for n, pid in enumerate(pids)
     }
+
+
+@pytest.mark.parametrize("cull_frequency, left, last_cull", [(3, 29, 41), (0, 19, 31), (2, 19, 46)])
+def test_max_entries_and_cull_frequency_as_djangos_own_backends(
+    make_backend, cull_frequency, left, last_cull
+):
+    # Django's own cache tests (_perform_cull_test): 49 keys into MAX_ENTRIES=30. Each set that
+    # finds 30 entries first removes a third of them (all of them for CULL_FREQUENCY 0).
+    backend = make_backend(OPTIONS={"MAX_ENTRIES": 30, "CULL_FREQUENCY": cull_frequency})
+    for number in range(1, 50):
+        backend.set(f"cull{number}", "value", 1000)
+    kept = [number for number in range(1, 50) if backend.has_key(f"cull{number}")]
+    assert len(kept) == left
+    assert len(backend.fanout) == left
+    assert set(range(last_cull, 50)) <= set(kept)  # what came after the last cull is all there
+    if cull_frequency:  # each shard gave up its oldest: the first keys are gone
+        assert not set(range(1, 11)) & set(kept)

@@ -280,3 +280,15 @@ def test_exact_size_limit_is_within_the_limit_after_every_write(tmp_path, policy
     else:
         assert 0 not in survivors  # the least used went first
     cache.close()
+
+
+def test_evict_items_removes_that_many_in_policy_order(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(10):
+        cache.set(number, number)
+    assert cache.evict_items(3) == 3
+    assert list(cache) == list(range(3, 10))  # least recently stored first
+    assert cache.evict_items(100) == 7 and len(cache) == 0
+    with pytest.raises(ValueError):
+        cache.evict_items(-1)
+    cache.close()

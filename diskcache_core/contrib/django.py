@@ -60,11 +60,22 @@ __all__ = ["DjangoCache"]
 
 _EXPIRED = -1.0  # expire argument for Django timeouts of 0 or less: stored already expired
 
-# Options of Django's built-in backends that have no meaning here (limits are in bytes).
-_DJANGO_ONLY_OPTIONS = {
-    "MAX_ENTRIES": "size_limit (bytes)",
-    "CULL_FREQUENCY": "cull_limit (items removed per write when over the size limit)",
-}
+
+def _entry_limits(options: dict[str, Any]) -> tuple[int | None, int]:
+    """Django's MAX_ENTRIES and CULL_FREQUENCY, taken out of `options` (the rest are settings).
+
+    Without MAX_ENTRIES the cache is bounded by ``size_limit`` alone (Django's built-in backends
+    default to 300 entries; a disk cache is meant to be larger).
+    """
+    max_entries = options.pop("MAX_ENTRIES", None)
+    cull_frequency = options.pop("CULL_FREQUENCY", 3)
+    if max_entries is not None and (type(max_entries) is not int or max_entries < 1):
+        raise ImproperlyConfigured(f"OPTIONS['MAX_ENTRIES'] must be an int >= 1, not {max_entries!r}")
+    if type(cull_frequency) is not int or cull_frequency < 0:
+        raise ImproperlyConfigured(
+            f"OPTIONS['CULL_FREQUENCY'] must be an int >= 0, not {cull_frequency!r}"
+        )
+    return max_entries, cull_frequency
 
 # --- one FanoutCache per configuration, shared by every backend object of this process --------
 
@@ -148,12 +159,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """Called by Django with LOCATION and the rest of the CACHES entry; see the module doc."""
         super().__init__(params)
         options = dict(params.get("OPTIONS") or {})
-        for name, instead in _DJANGO_ONLY_OPTIONS.items():
-            if name in options:
-                raise ImproperlyConfigured(
-                    f"OPTIONS[{name!r}] is an option of Django's own backends; DjangoCache "
-                    f"limits the cache with {instead}"
-                )
+        self._max_entries_limit, self._cull_frequency_of = _entry_limits(options)
         self._fanout = _shared_fanout(
             _location(directory),
             params.get("SHARDS", 8),
@@ -207,6 +213,21 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
             raise ValueError("timeout must not be NaN")
         return _EXPIRED
 
+    def _make_room(self, new: int = 1) -> None:
+        """With MAX_ENTRIES: before storing, when the cache holds that many entries (or would
+        with `new` more), remove 1/CULL_FREQUENCY of them in the eviction policy's order — all
+        of them for CULL_FREQUENCY 0 — as Django's own backends do."""
+        limit = self._max_entries_limit
+        if limit is None:
+            return
+        count = len(self._fanout)
+        if count + new - 1 < limit:
+            return
+        if self._cull_frequency_of == 0:
+            self._fanout.clear(retry=True)
+        else:
+            self._fanout.evict_items(count // self._cull_frequency_of, retry=True)
+
     def _by_shard(self, keys: Iterable[Any]) -> dict[Cache, list[Any]]:
         """Items grouped by the shard of their first element (the made key)."""
         groups: dict[Cache, list[Any]] = {}
@@ -229,6 +250,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     ) -> bool:
         """Store `value` only if `key` is missing or expired; True when stored. Atomic."""
         key = self.make_and_validate_key(key, version=version)
+        self._make_room()
         return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
 
     def get(
@@ -257,6 +279,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy (retry=False)."""
         key = self.make_and_validate_key(key, version=version)
+        self._make_room()
         return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
 
     def touch(
@@ -341,6 +364,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
             except ValueError as exc:
                 raise ValueError(f"value of {key!r}: {exc}") from None
         failed: list[str] = []
+        self._make_room(len(made))
         for shard, items in self._by_shard(made).items():
             try:
                 with shard.transact(retry=retry):
