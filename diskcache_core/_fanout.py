@@ -33,7 +33,16 @@ from ._async import AsyncDataMixin, run_sync
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, open_cache_directory
 from ._errors import Timeout
-from ._layout import GOLDEN, LAYOUT_FILE, MASK64, MAX_SHARDS, crc32, hashes_text_inline, placement
+from ._layout import (
+    GOLDEN,
+    LAYOUT_FILE,
+    MASK64,
+    MAX_SHARDS,
+    crc32,
+    hashes_text_inline,
+    placement,
+    proportional_shares,
+)
 from ._layout import placement_hash, read_layout, shard_name
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
@@ -418,20 +427,8 @@ class FanoutCache(AsyncDataMixin):
     def evict_items(self, count: int, retry: bool = False) -> int:
         """Remove up to `count` items in the eviction policy's order, each shard giving up its
         share (in proportion to the items it holds); return how many."""
-        if type(count) is not int or count < 0:
-            raise ValueError(f"count must be an int >= 0, not {count!r}")
-        sizes = [len(shard) for shard in self._shards]
-        total = sum(sizes)
-        if not total or not count:
-            return 0
-        count = min(count, total)
-        shares = [size * count // total for size in sizes]
-        by_size = sorted(range(len(sizes)), key=lambda number: sizes[number] - shares[number])
-        for number in reversed(by_size[-(count - sum(shares)):] if count > sum(shares) else []):
-            shares[number] += 1  # the remainder from the shards with the most left
-        return sum(
-            shard.evict_items(share, retry) for shard, share in zip(self._shards, shares) if share
-        )
+        shares = proportional_shares([len(shard) for shard in self._shards], count)
+        return sum(shard.evict_items(n, retry) for shard, n in zip(self._shards, shares) if n)
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item from every shard; return how many."""
@@ -439,20 +436,15 @@ class FanoutCache(AsyncDataMixin):
 
     def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
         """Check every shard (see ``Cache.check``); return all warnings."""
-        found: list[warnings.WarningMessage] = []
-        for shard in self._shards:
-            found.extend(shard.check(fix, retry))
-        return found
+        return [warning for shard in self._shards for warning in shard.check(fix, retry)]
 
     def create_tag_index(self) -> None:
         """Create the tag index on every shard."""
-        for shard in self._shards:
-            shard.create_tag_index()
+        self.reset("tag_index", 1)
 
     def drop_tag_index(self) -> None:
         """Drop the tag index on every shard."""
-        for shard in self._shards:
-            shard.drop_tag_index()
+        self.reset("tag_index", 0)
 
     def stats(self, enable: bool = True, reset: bool = False) -> FanoutStats:
         """``(hits, misses)`` summed over shards, with ``.timeouts`` (this process's give-ups)."""

@@ -29,6 +29,7 @@ from ._schema import LAYOUT_FILE
 
 __all__ = [
     "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
+    "proportional_shares",
     "placement_hash", "read_layout", "shard_name",
 ]  # fmt: skip
 
@@ -187,3 +188,20 @@ def _record_layout(path: str, layout: dict[str, Any]) -> bool:
         return True
     finally:
         os.unlink(temp)
+
+
+def proportional_shares(sizes: Sequence[int], count: int) -> list[int]:
+    """Split `count` (at most ``sum(sizes)``) over shards holding `sizes` items, in proportion;
+    the remainder goes to the shards with the most left."""
+    if type(count) is not int or count < 0:
+        raise ValueError(f"count must be an int >= 0, not {count!r}")
+    total = sum(sizes)
+    count = min(count, total)
+    if not count:
+        return [0] * len(sizes)
+    shares = [size * count // total for size in sizes]
+    remainder = count - sum(shares)
+    by_left = sorted(range(len(sizes)), key=lambda number: sizes[number] - shares[number])
+    for number in by_left[len(by_left) - remainder:]:
+        shares[number] += 1
+    return shares
