@@ -11,6 +11,7 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import time
 from typing import Any, Iterator
 
@@ -30,6 +31,9 @@ __all__ = ["Cache"]
 _now = time.time
 _PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
+_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
+    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM
+)
 
 
 class Cache(CacheBase, AsyncCacheMixin):
@@ -86,34 +90,36 @@ class Cache(CacheBase, AsyncCacheMixin):
                 if mode is ABSENT:
                     return default
                 return self._disk.fetch(mode, None, entry.stored, False)
-        return self._read_item(key, default, read, expire_time, tag, retry)
-
-    def _read_item(
-        self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool, retry: bool
-    ) -> Any:
-        """The one read path below the memory tier: one SELECT; what it finds fills the tier
-        when `MemoryTier.begin_fill` allowed it before the SELECT."""
+        # The one read path below the memory tier: one SELECT of the columns the caller needs;
+        # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
         db_key, raw = self._disk.put(key)
-        memory = self._memory
         fill = memory.begin_fill(db_key, raw) if memory is not None and not read else None
         if expire_time or tag:
-            statement = sql.SELECT_ITEM
+            statement = _SELECT_ITEM
         else:
-            statement = sql.SELECT_VALUE if fill is None else sql.SELECT_VALUE_EXPIRY
+            statement = _SELECT_VALUE if fill is None else _SELECT_VALUE_EXPIRY
         db_expire = db_tag = None
-        evictor = self._evictor
-        for _ in range(_FILE_RACE_RETRIES):
+        races = 0
+        while True:
             now = _now()
+            params = (db_key, raw, now)
             try:
-                row = self._store.read_one(statement, (db_key, raw, now), retry)
+                try:
+                    execute = self._local.execute  # Store.read_one, inline: the hot path
+                except AttributeError:
+                    execute = self._store.state().execute
+                row = execute(statement, params).fetchone()
+            except sqlite3.Error as exc:
+                rows = self._store.retry_read(exc, statement, params, retry)
+                row = rows[0] if rows else None
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
                 check_key(db_key)
                 raise
             if row is None:
                 break
-            if statement is sql.SELECT_VALUE:
+            if statement is _SELECT_VALUE:
                 mode, filename, db_value = row
-            elif statement is sql.SELECT_VALUE_EXPIRY:
+            elif statement is _SELECT_VALUE_EXPIRY:
                 mode, filename, db_value, db_expire = row
             else:
                 mode, filename, db_value, db_expire, db_tag = row
@@ -122,27 +128,29 @@ class Cache(CacheBase, AsyncCacheMixin):
             else:
                 try:
                     value = self._disk.fetch(mode, filename, db_value, read)
-                except FileNotFoundError:
-                    continue  # replaced by another writer between the SELECT and the open
+                except FileNotFoundError:  # replaced by another writer since the SELECT
+                    races += 1
+                    if races < _FILE_RACE_RETRIES:
+                        continue  # read the row again
+                    if memory is not None:  # it kept changing under us: a miss, nothing kept
+                        memory.forget_key(db_key, raw)
+                    fill = None
+                    break
             if fill is not None:
                 memory.finish_fill(  # type: ignore[union-attr]
                     fill, value, db_value, mode, filename is not None, db_expire, db_key, raw
                 )
-            if evictor.tracks_reads:
-                evictor.note_read(db_key, raw, True, now)
+            if self._evictor.tracks_reads:
+                self._evictor.note_read(db_key, raw, True, now)
             if expire_time or tag:
                 return shape(value, db_expire, db_tag, expire_time, tag)
             return value
-        else:  # the value file kept changing under us: a miss, and nothing kept
-            fill = None
-            if memory is not None:
-                memory.forget_key(db_key, raw)
         if type(db_key) is float:
             check_key(db_key)  # NaN: a key no write accepts
         if fill is not None:
             memory.finish_fill_absent(fill, db_key, raw)  # type: ignore[union-attr]
-        if evictor.tracks_reads:
-            evictor.note_read(db_key, raw, False, now)
+        if self._evictor.tracks_reads:
+            self._evictor.note_read(db_key, raw, False, now)
         if expire_time or tag:
             return shape(default, None, None, expire_time, tag)
         return default
@@ -165,9 +173,9 @@ class Cache(CacheBase, AsyncCacheMixin):
         """True when `key` is present and not expired."""
         memory = self._memory
         if memory is not None:
-            entry = memory.lookup(key)
-            if entry is not None:
-                return entry.fetch_mode is not ABSENT
+            held = memory.holds(key)
+            if held is not None:
+                return held
         db_key, raw = self._disk.put(key)
         try:
             found = self._store.read(sql.SELECT_EXISTS, (db_key, raw, _now()))

@@ -71,6 +71,7 @@ class CacheBase:
         self._counters = opened.counters
         self._disk = opened.disk
         self._store = Store(opened.pool, timeout, opened.disk)
+        self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         self._queues = Queues(self._store, opened.disk)
         # With the standard Disk.fetch a raw column value is the value: no call needed.

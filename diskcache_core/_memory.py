@@ -285,6 +285,21 @@ class MemoryTier:
             pass
         return entry
 
+    def holds(self, key: Any) -> bool | None:
+        """Whether `key` is present (a live item), as far as the tier knows it now; None when it
+        does not know. Like `lookup`, but for ``in``: no LRU move."""
+        kind = type(key)
+        entry = self.entries.get(
+            key if (kind is str or kind is bytes) and self.plain_keys else self.key_for(key)
+        )
+        if entry is None or self.words[entry.index] != entry.tag:
+            return None
+        expires = entry.expire_time
+        if expires is not None and expires <= _now():
+            return None
+        self.hits += 1
+        return entry.fetch_mode is not ABSENT
+
     def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
         """Before the SELECT of a get the tier could not answer: may its result be kept?
 

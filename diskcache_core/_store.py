@@ -72,7 +72,7 @@ class Store:
             rows: list[Any] = execute(statement, params).fetchall()
             return rows
         except sqlite3.Error as exc:
-            return self._retry_read(exc, statement, params)
+            return self.retry_read(exc, statement, params)
 
     def read_one(self, statement: str, params: Any, retry: bool = False) -> Any:
         """The first row of a read statement, or None (the hot path's lookup). `retry`: wait
@@ -84,12 +84,14 @@ class Store:
         try:
             return execute(statement, params).fetchone()
         except sqlite3.Error as exc:
-            rows = self._retry_read(exc, statement, params, retry)
+            rows = self.retry_read(exc, statement, params, retry)
             return rows[0] if rows else None
 
-    def _retry_read(
+    def retry_read(
         self, exc: sqlite3.Error, statement: str, params: Any, retry: bool = False
     ) -> list[Any]:
+        """After a read failed with `exc`: the rows of a new attempt (on a new connection when
+        this one was closed; again while busy, until the timeout unless `retry`)."""
         if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
             # Another thread's close() closed this connection under us: read on a new one.
             rows: list[Any] = self.pool.state().execute(statement, params).fetchall()

@@ -27,6 +27,9 @@ class NearTier(Protocol):
     def lookup(self, key: Any) -> Entry | None:
         """The entry answering a get of `key` now, or None (then the store is read)."""
 
+    def holds(self, key: Any) -> bool | None:
+        """Whether `key` is present as far as the tier knows (None: it does not know)."""
+
     def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
         """Before the store is read for a key the tier missed: may the result be kept?"""
 
