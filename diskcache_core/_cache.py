@@ -79,8 +79,24 @@ class Cache(CacheBase, AsyncCacheMixin):
         """
         memory = self._memory
         if memory is not None and not (read or expire_time or tag):
-            entry = memory.lookup(key)
-            if entry is not None:
+            # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
+            # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
+            kind = type(key)
+            if (kind is str or kind is bytes) and memory.plain_keys:
+                map_key = key
+            else:
+                map_key = memory.key_for(key)
+            entry = memory.entries.get(map_key)
+            if (
+                entry is not None
+                and memory.words[entry.index] == entry.tag
+                and (entry.expire_time is None or entry.expire_time > _now())
+            ):
+                memory.hits += 1
+                try:
+                    memory.entries.move_to_end(map_key)
+                except KeyError:  # evicted by another thread just now
+                    pass
                 evictor = self._evictor
                 mode = entry.fetch_mode
                 if evictor.tracks_reads:
@@ -239,20 +255,22 @@ class Cache(CacheBase, AsyncCacheMixin):
         params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
         try:
-            written = store.write(statement, params, retry, filename, max(charge, MIN_WRITE_CHARGE))
+            count, published = store.write(
+                statement, params, retry, filename, max(charge, MIN_WRITE_CHARGE)
+            )
         except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
             if filename is not None:
                 store.forget_new_file(filename)
             check_bindable("value", db_value)  # a str value with lone surrogates
             raise
-        if written.rowcount != 1:  # add found a live item: nothing changed
+        if count != 1:  # add found a live item: nothing changed
             if filename is not None:
                 store.forget_new_file(filename)
             return False
         memory = self._memory
         if memory is not None:
             memory.after_write(
-                db_key, raw, written.published, value, db_value, mode, filename is not None, expires
+                db_key, raw, published, value, db_value, mode, filename is not None, expires
             )
         if self._evictor.tracks_writes:
             self._evictor.note_write(db_key, raw, now)
@@ -265,7 +283,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         if type(db_key) is not str or not db_key.isascii():
             check_key(db_key)
         expires = None if expire is None else expire_at(now, expire)
-        return self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry).rowcount == 1
+        count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
+        return count == 1
 
     def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Add `delta` to the number stored at `key`, atomically; return the new value.
@@ -316,11 +335,11 @@ class Cache(CacheBase, AsyncCacheMixin):
                 except FileNotFoundError:
                     pass  # a missing value file: the item goes, as a miss
             unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
-            written = self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
-            if written.rowcount:
+            count, published = self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
+            if count:
                 break
             # Another writer changed or removed the item after we read it: read it again.
-        self._removed(db_key, raw, written.published)
+        self._removed(db_key, raw, published)
         if value is ENOVAL:
             return shape(default, None, None, expire_time, tag)
         return shape(value, db_expire, db_tag, expire_time, tag)
@@ -330,10 +349,10 @@ class Cache(CacheBase, AsyncCacheMixin):
         db_key, raw = self._disk.put(key)
         if type(db_key) is not str or not db_key.isascii():
             check_key(db_key)
-        written = self._store.write(sql.DELETE_ITEM, (db_key, raw, _now()), retry)
-        if written.rowcount != 1:
+        count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, _now()), retry)
+        if count != 1:
             return False
-        self._removed(db_key, raw, written.published)
+        self._removed(db_key, raw, published)
         return True
 
     def _removed(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:

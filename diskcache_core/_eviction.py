@@ -129,7 +129,7 @@ class Evictor:
         count = 0
         while True:
             try:
-                removed = self.store.write(statement, params + (_BATCH,), retry).rowcount
+                removed, _ = self.store.write(statement, params + (_BATCH,), retry)
             except Timeout:
                 raise Timeout(count) from None
             if removed <= 0:
@@ -159,7 +159,7 @@ class Evictor:
         self.flush_access_log()
         try:
             while self.volume() > self.settings.size_limit:
-                removed = self.store.write(delete, (_BATCH // 10,), retry).rowcount
+                removed, _ = self.store.write(delete, (_BATCH // 10,), retry)
                 if removed <= 0:
                     break
                 count += removed
@@ -180,7 +180,7 @@ class Evictor:
         removed = 0
         try:
             while removed < count:
-                done = self.store.write(delete, (min(_BATCH, count - removed),), retry).rowcount
+                done, _ = self.store.write(delete, (min(_BATCH, count - removed),), retry)
                 if done <= 0:
                     break
                 removed += done

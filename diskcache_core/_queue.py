@@ -94,7 +94,8 @@ class Queues:
                 except FileNotFoundError:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
-            if self._store.write(delete_unchanged_end, params, retry).rowcount and live:
+            removed, _ = self._store.write(delete_unchanged_end, params, retry)
+            if removed and live:
                 return shape((db_key, value), db_expire, db_tag, expire_time, tag)
 
     def peek(

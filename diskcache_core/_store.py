@@ -14,7 +14,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator
 
 from . import _reaper
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
@@ -27,12 +27,10 @@ __all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 
 
-class Written(NamedTuple):
-    """What a write statement did: rows changed, and the memory-tier versions it published
-    (None inside a transaction: they are published at its end)."""
-
-    rowcount: int
-    published: dict[int, int] | None
+# What a write statement did: ``(rows changed, the memory-tier versions it published)``, the
+# latter None inside a transaction (they are published at its end). A plain pair, unpacked by
+# every caller: a named tuple costs a Python-level constructor call on every write.
+Written = tuple[int, "dict[int, int] | None"]
 
 
 def _no_size_check() -> None:
@@ -130,8 +128,8 @@ class Store:
             if new_file is not None:
                 state.created.append(new_file)
             state.charge += charge
-            return Written(cursor.rowcount, None)
-        return Written(cursor.rowcount, self._after_commit(state, charge))
+            return cursor.rowcount, None
+        return cursor.rowcount, self._after_commit(state, charge)
 
     def write_capturing(
         self, statement: str, params: Any, retry: bool, charge: int = 0
@@ -140,7 +138,7 @@ class Store:
         return its rowcount and that value (NO_VALUE when the function was not called)."""
         state = self.state()
         state.new_value = NO_VALUE
-        rowcount = self.write(statement, params, retry, charge=charge).rowcount
+        rowcount, _ = self.write(statement, params, retry, charge=charge)
         return rowcount, state.new_value
 
     def _write_failed(

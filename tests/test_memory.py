@@ -919,3 +919,17 @@ def test_read_only_view_of_a_live_database_keeps_the_tier_off(tmp_path):
                 writer.close()
     finally:
         writer.close()
+
+
+def test_lookup_is_the_rule_get_inlines(make_store):
+    # Cache.get inlines MemoryTier.lookup for speed: both must answer alike.
+    writer, reader = make_store(), make_store()
+    writer.set('key', 'one')
+    assert reader.get('key') == 'one'  # read once: noted, not kept ...
+    assert reader._memory.lookup('key') is None
+    assert reader.get('key') == 'one'  # ... and kept on the second read
+    entry = reader._memory.lookup('key')
+    assert entry is not None and entry.stored == 'one' == reader.get('key')
+    writer.set('key', 'two')  # another object's write invalidates the entry
+    assert reader._memory.lookup('key') is None and reader._memory.holds('key') is None
+    assert reader.get('key') == 'two'
