@@ -86,26 +86,24 @@ class Cache(CacheBase, AsyncCacheMixin):
                 map_key = key
             else:
                 map_key = memory.key_for(key)
-            entry = memory.entries.get(map_key)
-            if (
-                entry is not None
-                and memory.words[entry.index] == entry.tag
-                and (entry.expire_time is None or entry.expire_time > _now())
-            ):
-                memory.hits += 1
-                try:
-                    memory.entries.move_to_end(map_key)
-                except KeyError:  # evicted by another thread just now
-                    pass
-                evictor = self._evictor
-                mode = entry.fetch_mode
-                if evictor.tracks_reads:
-                    evictor.note_read(entry.db_key, entry.raw, mode is not ABSENT, _now())
-                if mode is None:
-                    return entry.stored
-                if mode is ABSENT:
-                    return default
-                return self._disk.fetch(mode, None, entry.stored, False)
+            entries = memory.entries
+            entry = entries.get(map_key)
+            if entry is not None and memory.words[entry.word] == entry.tag:
+                expires = entry.expire_time
+                if expires is None or expires > _now():
+                    memory.hits += 1
+                    try:
+                        entries.move_to_end(map_key)
+                    except KeyError:  # evicted by another thread just now
+                        pass
+                    mode = entry.fetch_mode
+                    if self._evictor.tracks_reads:
+                        self._evictor.note_read(entry.db_key, entry.raw, mode is not ABSENT, _now())
+                    if mode is None:
+                        return entry.stored
+                    if mode is ABSENT:
+                        return default
+                    return self._disk.fetch(mode, None, entry.stored, False)
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
         db_key, raw = self._disk.put(key)

@@ -185,18 +185,19 @@ class Entry:
     `stored` is the value itself when `fetch_mode` is None, the serialized column value to decode
     on each hit when it is a Disk mode, and nothing when `fetch_mode` is ABSENT: the key was
     missing (or expired) in the database. `tag` is the bucket's ``pre`` word the entry is valid
-    for (`index` is that word's index).
+    for (`word` is that word's index). A class with slots, not a named tuple: unpacking a tuple
+    subclass takes Python's slow path, and the hot get reads only a few fields.
     """
 
-    __slots__ = ("stored", "fetch_mode", "index", "tag", "expire_time", "db_key", "raw", "nbytes")
+    __slots__ = ("stored", "fetch_mode", "word", "tag", "expire_time", "db_key", "raw", "nbytes")
 
     def __init__(
-        self, stored: Any, fetch_mode: Any, index: int, tag: int, expire_time: float | None,
+        self, stored: Any, fetch_mode: Any, word: int, tag: int, expire_time: float | None,
         db_key: Any, raw: Any, nbytes: int,
     ) -> None:
         self.stored = stored
         self.fetch_mode = fetch_mode
-        self.index = index
+        self.word = word
         self.tag = tag
         self.expire_time = expire_time
         self.db_key = db_key
@@ -273,7 +274,7 @@ class MemoryTier:
         else:
             map_key = self.key_for(key)
         entry = self.entries.get(map_key)
-        if entry is None or self.words[entry.index] != entry.tag:
+        if entry is None or self.words[entry.word] != entry.tag:
             return None
         expires = entry.expire_time
         if expires is not None and expires <= _now():
@@ -292,7 +293,7 @@ class MemoryTier:
         entry = self.entries.get(
             key if (kind is str or kind is bytes) and self.plain_keys else self.key_for(key)
         )
-        if entry is None or self.words[entry.index] != entry.tag:
+        if entry is None or self.words[entry.word] != entry.tag:
             return None
         expires = entry.expire_time
         if expires is not None and expires <= _now():
@@ -313,7 +314,7 @@ class MemoryTier:
             return None
         entry = self.entries.get(map_key)
         if entry is not None:
-            index: int | None = entry.index
+            index: int | None = entry.word
         elif self.seen_lately(map_key):
             index = pre_index(db_key)  # None: a key of a type the tier does not keep
         else:
@@ -370,7 +371,7 @@ class MemoryTier:
         entry = self.entries.get(map_key)
         if entry is None and not self.admits_write(map_key):
             return  # no room, and not seen lately: not kept
-        index = entry.index if entry is not None else pre_index(db_key)
+        index = entry.word if entry is not None else pre_index(db_key)
         if index is None:
             return  # a key of a type the tier does not keep
         version = published.get(index)
@@ -389,9 +390,9 @@ class MemoryTier:
         entry = self.entries.get(map_key)
         if entry is None:
             return
-        version = published.get(entry.index) if published else None
-        if version is not None and self.words[entry.index] == version:
-            self.store(map_key, None, ABSENT, entry.index, version, None, db_key, raw)
+        version = published.get(entry.word) if published else None
+        if version is not None and self.words[entry.word] == version:
+            self.store(map_key, None, ABSENT, entry.word, version, None, db_key, raw)
         else:
             self.discard(map_key)
 
