@@ -254,7 +254,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         store = self._store
         try:
             count, published = store.write(
-                statement, params, retry, filename, max(charge, MIN_WRITE_CHARGE)
+                statement, params, retry, filename,
+                charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
             )
         except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
             if filename is not None:
@@ -290,7 +291,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         A missing key starts from `default` (KeyError when `default` is None). Works like
         Python's ``+``: integers past 64 bits stay exact.
         """
-        check_delta("incr", delta, default)
+        if type(delta) is not int or (default is not None and type(default) is not int):
+            check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
         value, db_key, raw = increment(
             self._store, self._disk, self._native_numbers, key, delta, default, retry
         )

@@ -45,6 +45,9 @@ class Store:
         self.timeout = timeout
         self.disk = disk
         self.local: threading.local = pool.local
+        # The memory tier's version words (None where this process may only read), set when the
+        # database was opened.
+        self.words = pool.words
         # Bytes written since the last size check, and the check (set by the eviction part).
         self.unchecked = 0
         self.check_every = 2**20
@@ -162,7 +165,7 @@ class Store:
         versions = state.versions
         if versions:
             state.versions = {}
-            words = self.pool.words
+            words = self.words
             if words is not None:
                 for index, nonce in versions.items():  # _memory.publish, inline: every write
                     if words[index] == nonce:
@@ -184,8 +187,8 @@ class Store:
         versions = state.versions
         if versions:
             state.versions = {}
-            if self.pool.words is not None:
-                publish(self.pool.words, versions)
+            if self.words is not None:
+                publish(self.words, versions)
 
     def remove_file(self, name: str) -> None:
         """Remove a value file no committed row names, now."""
