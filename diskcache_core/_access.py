@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import Any, Protocol
 
-from ._schema import ADD_TO_COUNTER, POLICIES, REFRESH_COLUMN
+from ._schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
 
 __all__ = ["AccessLog", "FLUSH_INTERVAL", "schedule_flush"]
 
@@ -47,8 +47,10 @@ class AccessLog:
 
     def set_policy(self, policy: str) -> None:
         """Follow the cache's eviction policy; what was pending for the old one is dropped."""
-        self.read_column = POLICIES[policy].read_column
-        self.write_column = POLICIES[policy].write_column
+        found = policy_of(policy)
+        self.read_column = found.read_column
+        self.write_column = found.write_column
+        self.custom_refresh = found.refresh  # a user-added policy's UPDATE
         self.column = self.read_column or self.write_column
         self.pending = {}
         self.scheduled = False
@@ -76,6 +78,8 @@ class AccessLog:
                 key = (db_key, raw)
                 with self._lock:
                     pending[key] = pending.get(key, 0) + 1
+            elif self.read_column is not None:  # a user-added policy: its time of latest read
+                pending[(db_key, raw)] = now
         if self.statistics:
             with self._lock:
                 if hit:
@@ -130,7 +134,7 @@ class AccessLog:
         """Write `batch` on `con`, inside the caller's write transaction."""
         pending, hits, misses = batch
         if pending and self.column is not None:
-            statement = REFRESH_COLUMN[self.column]
+            statement = self.custom_refresh or REFRESH_COLUMN[self.column]
             con.executemany(statement, [(value, key[0], key[1]) for key, value in pending.items()])
         if hits:
             con.execute(ADD_TO_COUNTER, (hits, "hits"))

@@ -143,7 +143,7 @@ class CacheBase:
             self._store.read(sql.set_pragma(key[len("sqlite_"):], value))
         self._apply_setting(key, value)
         if key == "eviction_policy" and update:
-            index = sql.POLICIES[value].create_index
+            index = sql.policy_of(value).create_index
             if index is not None:
                 self._store.write(index, (), retry=True)
         elif key == "tag_index" and update:

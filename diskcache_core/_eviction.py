@@ -153,7 +153,7 @@ class Evictor:
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
         count = self.expire(retry=retry)
-        delete = sql.DELETE_BY_POLICY.get(self.settings.eviction_policy)
+        delete = sql.delete_by_policy(self.settings.eviction_policy)
         if delete is None:
             return count
         self.flush_access_log()
@@ -173,7 +173,7 @@ class Evictor:
         or not; return how many. Timeout carries the count so far."""
         if type(count) is not int or count < 0:
             raise ValueError(f"count must be an int >= 0, not {count!r}")
-        delete = sql.DELETE_BY_POLICY.get(self.settings.eviction_policy)
+        delete = sql.delete_by_policy(self.settings.eviction_policy)
         if delete is None:
             delete = sql.DELETE_BY_POLICY["least-recently-stored"]
         self.flush_access_log()  # the order is that of every read noted so far
@@ -200,7 +200,7 @@ class Evictor:
         try:
             with store.transaction() as state:
                 state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, cull_limit)))
-                delete = sql.DELETE_BY_POLICY.get(settings.eviction_policy)
+                delete = sql.delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return
                 volume = self._volume(state)

@@ -7,6 +7,7 @@ keep ``size`` (bytes in value files) in the Settings table, firing only when it 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Any, NamedTuple
 
@@ -53,14 +54,17 @@ METADATA: dict[str, int] = {"size": 0, "hits": 0, "misses": 0}
 
 
 class Policy(NamedTuple):
-    """An eviction policy: the index it needs, the columns the access log refreshes, and the
-    statement that picks victims (None: the policy never evicts)."""
+    """An eviction policy: the index it needs, what the access log refreshes, and the statement
+    that picks victims (None: the policy never evicts)."""
 
     create_index: str | None  # CREATE INDEX statement
     index_name: str | None
     read_column: str | None  # refreshed by a get (batched, see _access)
     write_column: str | None  # refreshed by an overwrite (batched likewise)
     cull: str | None  # SELECT rowid ... LIMIT ?: the victims, in order
+    # A policy added to EVICTION_POLICY by the user (python-diskcache's way): the UPDATE its
+    # "get" clause makes, run per key read (?1 the time of its latest read, ?2/?3 the key).
+    refresh: str | None = None
 
 
 def _policy(column: str | None, read: bool, write: bool) -> Policy:
@@ -83,11 +87,64 @@ POLICIES: dict[str, Policy] = {
     "least-frequently-used": _policy("access_count", True, False),
 }
 
-#: python-diskcache's view of the policies: the index, the column a get refreshes, the victims.
+#: The eviction policies in python-diskcache's format: per name, the index it needs (``init``),
+#: the assignment a read makes (``get``) and the victims' query (``cull``; ``{fields}`` is the
+#: selected columns). A policy added here, python-diskcache's way, can be used by name.
 EVICTION_POLICY: dict[str, dict[str, str | None]] = {
-    name: {"init": policy.create_index, "get": policy.read_column, "cull": policy.cull}
-    for name, policy in POLICIES.items()
+    "none": {"init": None, "get": None, "cull": None},
+    "least-recently-stored": {
+        "init": POLICIES["least-recently-stored"].create_index,
+        "get": None,
+        "cull": "SELECT {fields} FROM Cache ORDER BY store_time LIMIT ?",
+    },
+    "least-recently-used": {
+        "init": POLICIES["least-recently-used"].create_index,
+        "get": "access_time = {now}",
+        "cull": "SELECT {fields} FROM Cache ORDER BY access_time LIMIT ?",
+    },
+    "least-frequently-used": {
+        "init": POLICIES["least-frequently-used"].create_index,
+        "get": "access_count = access_count + 1",
+        "cull": "SELECT {fields} FROM Cache ORDER BY access_count LIMIT ?",
+    },
 }
+_INDEX_NAME = re.compile(r"CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?([\w.]+)", re.I)
+
+
+# The current time in seconds since the epoch, as SQL: what ``{now}`` stands for in a user-added
+# policy's cull query (python-diskcache puts the time of the call there).
+_SQL_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def policy_of(name: str) -> Policy:
+    """The policy called `name`: a built-in one, or one added to EVICTION_POLICY. KeyError for
+    an unknown name."""
+    policy = POLICIES.get(name)
+    if policy is not None and EVICTION_POLICY.get(name) is not None:
+        return policy
+    spec = EVICTION_POLICY[name]
+    init, get, cull = spec.get("init"), spec.get("get"), spec.get("cull")
+    found = _INDEX_NAME.match(init or "")
+    return Policy(
+        init,
+        found.group(1) if found else None,
+        "custom" if get else None,
+        None,
+        None if cull is None else cull.format(fields="rowid", now=_SQL_NOW),
+        None if get is None else (
+            "UPDATE Cache SET " + get.format(now="?1") + " WHERE key = ?2 AND raw = ?3"
+        ),
+    )
+
+
+def delete_by_policy(name: str) -> str | None:
+    """The statement removing ``?`` victims of policy `name` in its order (None: it has none)."""
+    statement = DELETE_BY_POLICY.get(name)
+    if statement is None and name not in POLICIES:
+        cull = policy_of(name).cull
+        statement = None if cull is None else "DELETE FROM Cache WHERE rowid IN (" + cull + ")"
+    return statement
+
 
 # --- statements on the hot path ---------------------------------------------------------------
 
@@ -368,7 +425,7 @@ def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
     for name, statement in _SIZE_TRIGGERS.items():
         if objects.get(name) != statement.replace(" IF NOT EXISTS", ""):
             return False  # missing, or python-diskcache's (it counts on every update)
-    index_name = POLICIES[policy].index_name
+    index_name = policy_of(policy).index_name
     if index_name is not None:
         needed.add(index_name)
     if tag_index:
@@ -419,7 +476,7 @@ def create_or_migrate(
             if found is not None and found != statement.replace(" IF NOT EXISTS", ""):
                 con.execute(f"DROP TRIGGER {name}")  # python-diskcache's: replaced by ours
             con.execute(statement)
-        policy_index = POLICIES[policy].create_index
+        policy_index = policy_of(policy).create_index
         if policy_index is not None:
             con.execute(policy_index)
         con.execute(TAG_INDEX_CREATE if wanted["tag_index"] else TAG_INDEX_DROP)

@@ -14,7 +14,7 @@ import re
 from typing import Any, Callable, Generic, TypeVar, overload
 
 from ._disk import _CODEC_FACTORIES, _codec
-from ._schema import METADATA, POLICIES
+from ._schema import EVICTION_POLICY, METADATA, POLICIES
 
 __all__ = [
     "CODE_ONLY_SETTINGS",
@@ -156,8 +156,8 @@ def _flag(name: str, value: Any) -> int:
 
 
 def _policy(name: str, value: Any) -> str:
-    if value not in POLICIES:
-        choices = ", ".join(repr(policy) for policy in POLICIES)
+    if value not in POLICIES and value not in EVICTION_POLICY:
+        choices = ", ".join(repr(policy) for policy in EVICTION_POLICY)
         raise ValueError(f"unknown eviction_policy {value!r}; choose one of: {choices}")
     return str(value)
 

@@ -292,3 +292,51 @@ def test_evict_items_removes_that_many_in_policy_order(tmp_path):
     with pytest.raises(ValueError):
         cache.evict_items(-1)
     cache.close()
+
+
+@pytest.fixture
+def custom_policies():
+    """Two policies added to EVICTION_POLICY the python-diskcache way, removed afterwards."""
+    added = {
+        'most-recently-stored': {
+            'init': 'CREATE INDEX IF NOT EXISTS Cache_store_time ON Cache (store_time)',
+            'get': None,
+            'cull': 'SELECT {fields} FROM Cache ORDER BY store_time DESC LIMIT ?',
+        },
+        'least-recently-read': {
+            'init': 'CREATE INDEX IF NOT EXISTS Cache_access_time ON Cache (access_time)',
+            'get': 'access_time = {now}',
+            'cull': 'SELECT {fields} FROM Cache WHERE store_time < {now} ORDER BY access_time LIMIT ?',
+        },
+    }
+    dc.EVICTION_POLICY.update(added)
+    yield added
+    for name in added:
+        del dc.EVICTION_POLICY[name]
+
+
+def test_policies_added_to_eviction_policy_are_used(tmp_path, custom_policies):
+    item = 100_000
+    newest = dc.Cache(str(tmp_path / 'a'), size_limit=3 * item + 60_000,
+                      eviction_policy='most-recently-stored', exact_size_limit=True)
+    for number in range(3):
+        newest.set(number, b'x' * item)
+    assert newest.evict_items(1) == 1 and sorted(newest) == [0, 1]  # the newest went
+    newest.close()
+
+    read = dc.Cache(str(tmp_path / 'b'), eviction_policy='least-recently-read',
+                    memory_size_limit=0)
+    assert dc.Cache(str(tmp_path / 'b')).eviction_policy == 'least-recently-read'  # stored
+    for number in range(4):
+        read.set(number, number)
+    time.sleep(0.01)
+    for number in (0, 2, 3):  # 1 is the one never read
+        read.get(number)
+    read.flush_access_log()  # the "get" assignment, batched, runs now
+    assert read.evict_items(1) == 1 and sorted(read) == [0, 2, 3]
+    read.close()
+
+
+def test_an_unknown_policy_is_still_refused(tmp_path):
+    with pytest.raises(ValueError, match='eviction_policy'):
+        dc.Cache(str(tmp_path / 'c'), eviction_policy='most-recently-stored')
