@@ -431,3 +431,27 @@ def test_python_diskcache_style_disk_subclass_works_unchanged(tmp_path, settings
         assert sorted(map(str, cache)) == sorted(map(str, ['key', ['list', 'key']]))
         assert cache.incr('n') == 1 and cache.incr('n') == 2
         assert cache.pop('key') == {'a': [1, 2]}
+
+
+class _KeyedFileNames(dc.Disk):
+    """A python-diskcache style ``filename`` override: value files named after their key."""
+
+    def filename(self, key=dc.UNKNOWN, value=dc.UNKNOWN):
+        import hashlib
+
+        if key is dc.UNKNOWN:
+            return super().filename(key, value)
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()
+        name = os.path.join(digest[:2], f'{digest[2:]}-{os.urandom(4).hex()}.val')
+        return name, os.path.join(self._directory, name)
+
+
+def test_python_diskcache_style_filename_override(tmp_path):
+    with dc.Cache(str(tmp_path / 'c'), disk=_KeyedFileNames) as cache:
+        cache.set('key', b'x' * 100_000)
+        cache.set('key', b'y' * 100_000)  # the first file is released
+        assert cache['key'] == b'y' * 100_000
+        digest_dir = __import__('hashlib').sha256(repr('key').encode()).hexdigest()[:2]
+        assert os.listdir(tmp_path / 'c' / digest_dir)  # the override's layout is used
+        assert cache.check() == []
+        assert cache.pop('key') == b'y' * 100_000 and cache.check() == []
