@@ -72,6 +72,15 @@ def check_key(db_key: Any) -> None:
     check_bindable("key", db_key)
 
 
+def put_key(disk: Any, key: Any) -> tuple[Any, Any]:
+    """``disk.put(key)``, checked (`check_key`) before anything is written for it. ASCII text,
+    the usual key, needs no check."""
+    db_key, raw = disk.put(key)
+    if type(db_key) is not str or not db_key.isascii():
+        check_key(db_key)
+    return db_key, raw
+
+
 def key_range(prefix: str | None) -> tuple[Any, Any]:
     if prefix is None:
         return QUEUE_BOUNDS

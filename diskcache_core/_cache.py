@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterator
 
 from . import _schema as sql
-from ._arguments import check_bindable, check_key, check_tag, expire_at, shape
+from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW
@@ -119,7 +119,7 @@ class Cache(CacheBase, AsyncCacheMixin):
             params = (db_key, raw, now)
             try:
                 try:
-                    execute = self._local.execute  # Store.read_one, inline: the hot path
+                    execute = self._local.execute  # Store.read, inline: the hot path
                 except AttributeError:
                     execute = self._store.state().execute
                 row = execute(statement, params).fetchone()
@@ -187,9 +187,9 @@ class Cache(CacheBase, AsyncCacheMixin):
         """True when `key` is present and not expired."""
         memory = self._memory
         if memory is not None:
-            held = memory.holds(key)
-            if held is not None:
-                return held
+            entry = memory.lookup(key, touch=False)
+            if entry is not None:
+                return entry.fetch_mode is not ABSENT
         db_key, raw = self._disk.put(key)
         try:
             found = self._store.read(sql.SELECT_EXISTS, (db_key, raw, _now()))
@@ -242,9 +242,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         to a value file first), run one statement, then keep the value in the memory tier."""
         now = _now()
         disk = self._disk
-        db_key, raw = disk.put(key)
-        if type(db_key) is not str or not db_key.isascii():  # ASCII text: fine, and the usual key
-            check_key(db_key)  # before a value file is written for it
+        db_key, raw = put_key(disk, key)  # checked before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             check_tag(tag)
@@ -278,9 +276,7 @@ class Cache(CacheBase, AsyncCacheMixin):
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
         now = _now()
-        db_key, raw = self._disk.put(key)
-        if type(db_key) is not str or not db_key.isascii():
-            check_key(db_key)
+        db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(now, expire)
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
         return count == 1
@@ -319,9 +315,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         a value the Disk refuses (SafeDisk's UnsafePickleError) stays, and no lock is held
         while it is read. An expired item is removed and `default` returned.
         """
-        db_key, raw = self._disk.put(key)
-        if type(db_key) is not str or not db_key.isascii():
-            check_key(db_key)
+        db_key, raw = put_key(self._disk, key)
         while True:
             now = _now()
             rows = self._store.read(sql.SELECT_FOR_POP, (db_key, raw))
@@ -346,9 +340,7 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
-        db_key, raw = self._disk.put(key)
-        if type(db_key) is not str or not db_key.isascii():
-            check_key(db_key)
+        db_key, raw = put_key(self._disk, key)
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, _now()), retry)
         if count != 1:
             return False

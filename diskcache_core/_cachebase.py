@@ -189,7 +189,7 @@ class CacheBase:
     def _configure_memory(self) -> None:
         limits = {**MEMORY_DEFAULTS, **self._code_only}
         size_limit, item_limit = limits["memory_size_limit"], limits["memory_item_limit"]
-        words = self._store.pool.words
+        words = self._store.words
         if not size_limit or not item_limit or words is None:
             # Off (or impossible: read-only media that another process may still change).
             self._memory = None

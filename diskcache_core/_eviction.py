@@ -18,7 +18,7 @@ from ._access import AccessLog, schedule_flush
 from ._arguments import check_tag
 from ._connections import ThreadState
 from ._errors import Timeout
-from ._settings import Settings, validate_setting
+from ._settings import Settings
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Evictor"]
@@ -41,23 +41,25 @@ class Evictor:
 
     # --- settings with derived state ----------------------------------------------------------
 
-    def set_policy(self, value: Any) -> None:
-        self.settings.eviction_policy = validate_setting("eviction_policy", value)
+    # The setters take validated values (see CacheBase._apply_setting).
+
+    def set_policy(self, value: str) -> None:
+        self.settings.eviction_policy = value
         self.access.set_policy(self.settings.eviction_policy)
         self.tracks_reads = self.access.tracks_reads
         self.tracks_writes = self.access.tracks_writes
 
-    def set_statistics(self, value: Any) -> None:
-        self.settings.statistics = validate_setting("statistics", value)
+    def set_statistics(self, value: int) -> None:
+        self.settings.statistics = value
         self.access.statistics = bool(self.settings.statistics)
         self.tracks_reads = self.access.tracks_reads
 
-    def set_size_limit(self, value: Any) -> None:
-        self.settings.size_limit = validate_setting("size_limit", value)
+    def set_size_limit(self, value: int) -> None:
+        self.settings.size_limit = value
         self._set_check_interval()
 
-    def set_exact(self, value: Any) -> None:
-        self.settings.exact_size_limit = validate_setting("exact_size_limit", value)
+    def set_exact(self, value: int) -> None:
+        self.settings.exact_size_limit = value
         self._set_check_interval()
 
     def _set_check_interval(self) -> None:

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from . import _schema as sql
-from ._arguments import check_key
+from ._arguments import put_key
 from ._connections import NO_VALUE
 from ._disk import Disk
 from ._store import MIN_WRITE_CHARGE, Store
@@ -44,9 +44,7 @@ def increment(
 ) -> tuple[Any, Any, Any]:
     """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
     None); return ``(new value, db_key, raw)``. `native`: the Disk stores numbers natively."""
-    db_key, raw = disk.put(key)
-    if type(db_key) is not str or not db_key.isascii():
-        check_key(db_key)
+    db_key, raw = put_key(disk, key)
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
         now = _now()
@@ -75,7 +73,7 @@ def _increment_in_python(
     with store.transaction(retry) as state:
         now = _now()
         row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
-        if row is None or (row[1] is not None and row[1] <= now):
+        if row is None or (row[1] is not None and row[1] <= now):  # row[1]: its expire_time
             if default is None:
                 raise KeyError(key)
             value = default + delta

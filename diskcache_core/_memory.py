@@ -216,7 +216,7 @@ class Fill(NamedTuple):
 
 class MemoryTier:
     """One cache's entries in this process: an LRU map bounded in bytes and items, and the rules
-    that keep it exact (the module docstring): `lookup` answers only from valid entries,
+    that keep it exact (the module docstring): `lookup` answers only from valid entries (Cache.get inlines it),
     `begin_fill`/`finish_fill` keep what a read found, `after_write`/`after_delete` keep what a
     write committed.
 
@@ -265,9 +265,10 @@ class MemoryTier:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def lookup(self, key: Any) -> Entry | None:
+    def lookup(self, key: Any, touch: bool = True) -> Entry | None:
         """The entry that answers a get of `key` now, or None: no entry, or one a write has
-        invalidated since (its tag is no longer its bucket's ``pre``), or expired."""
+        invalidated since (its tag is no longer its bucket's ``pre``), or expired. `touch`: count
+        it as recently used (``in`` does not)."""
         kind = type(key)
         if (kind is str or kind is bytes) and self.plain_keys:
             map_key = key
@@ -280,26 +281,12 @@ class MemoryTier:
         if expires is not None and expires <= _now():
             return None
         self.hits += 1
-        try:
-            self.entries.move_to_end(map_key)
-        except KeyError:  # evicted by another thread just now
-            pass
+        if touch:
+            try:
+                self.entries.move_to_end(map_key)
+            except KeyError:  # evicted by another thread just now
+                pass
         return entry
-
-    def holds(self, key: Any) -> bool | None:
-        """Whether `key` is present (a live item), as far as the tier knows it now; None when it
-        does not know. Like `lookup`, but for ``in``: no LRU move."""
-        kind = type(key)
-        entry = self.entries.get(
-            key if (kind is str or kind is bytes) and self.plain_keys else self.key_for(key)
-        )
-        if entry is None or self.words[entry.word] != entry.tag:
-            return None
-        expires = entry.expire_time
-        if expires is not None and expires <= _now():
-            return None
-        self.hits += 1
-        return entry.fetch_mode is not ABSENT
 
     def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
         """Before the SELECT of a get the tier could not answer: may its result be kept?

@@ -120,7 +120,7 @@ def policy_of(name: str) -> Policy:
     """The policy called `name`: a built-in one, or one added to EVICTION_POLICY. KeyError for
     an unknown name."""
     policy = POLICIES.get(name)
-    if policy is not None and EVICTION_POLICY.get(name) is not None:
+    if policy is not None:
         return policy
     spec = EVICTION_POLICY[name]
     init, get, cull = spec.get("init"), spec.get("get"), spec.get("cull")
@@ -293,7 +293,6 @@ DELETE_BY_POLICY = {
 
 SELECT_SETTINGS = "SELECT key, value FROM Settings"
 SELECT_SETTING = "SELECT value FROM Settings WHERE key = ?"
-SELECT_COUNTER = SELECT_SETTING
 STORE_SETTING = "INSERT OR REPLACE INTO Settings VALUES (?, ?)"
 DELETE_SETTING = "DELETE FROM Settings WHERE key = ?"
 SELECT_HITS_MISSES = "SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"
@@ -440,7 +439,7 @@ def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
 def _peer_count_right(con: sqlite3.Connection) -> bool:
     """python-diskcache's item count is right (a database it has used: when it first opened one
     this library made, it started counting from 0)."""
-    stored = con.execute(SELECT_COUNTER, ("count",)).fetchone()
+    stored = con.execute(SELECT_SETTING, ("count",)).fetchone()
     return stored is None or stored[0] == con.execute(COUNT).fetchone()[0]
 
 

@@ -75,19 +75,6 @@ class Store:
         except sqlite3.Error as exc:
             return self.retry_read(exc, statement, params)
 
-    def read_one(self, statement: str, params: Any, retry: bool = False) -> Any:
-        """The first row of a read statement, or None (the hot path's lookup). `retry`: wait
-        as long as the database stays busy, instead of the timeout."""
-        try:
-            execute = self.local.execute
-        except AttributeError:
-            execute = self.pool.state().execute
-        try:
-            return execute(statement, params).fetchone()
-        except sqlite3.Error as exc:
-            rows = self.retry_read(exc, statement, params, retry)
-            return rows[0] if rows else None
-
     def retry_read(
         self, exc: sqlite3.Error, statement: str, params: Any, retry: bool = False
     ) -> list[Any]:
@@ -162,16 +149,14 @@ class Store:
 
     def _after_commit(self, state: ThreadState, charge: int) -> dict[int, int] | None:
         """THE after-commit hook (see the module docstring); returns the versions published."""
-        versions = state.versions
-        if versions:
+        published = state.versions or None
+        if published:
             state.versions = {}
             words = self.words
             if words is not None:
-                for index, nonce in versions.items():  # _memory.publish, inline: every write
+                for index, nonce in published.items():  # _memory.publish, inline: every write
                     if words[index] == nonce:
                         words[index + 1] = nonce
-        else:
-            versions = None  # type: ignore[assignment]
         if state.released:
             names = list(state.released)
             state.released.clear()
@@ -180,7 +165,7 @@ class Store:
             self.unchecked += charge
             if self.unchecked >= self.check_every:
                 self.size_check()
-        return versions or None
+        return published
 
     def _publish(self, state: ThreadState) -> None:
         """The transaction that bumped ``state.versions`` has ended without commit work."""

@@ -24,11 +24,9 @@ __all__ = ["NearTier"]
 class NearTier(Protocol):
     """What the facade's read and write paths need of a tier above the store."""
 
-    def lookup(self, key: Any) -> Entry | None:
-        """The entry answering a get of `key` now, or None (then the store is read)."""
-
-    def holds(self, key: Any) -> bool | None:
-        """Whether `key` is present as far as the tier knows (None: it does not know)."""
+    def lookup(self, key: Any, touch: bool = True) -> Entry | None:
+        """The entry answering a get of `key` now, or None (then the store is read); `touch`:
+        count it as recently used."""
 
     def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
         """Before the store is read for a key the tier missed: may the result be kept?"""

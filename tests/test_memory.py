@@ -931,5 +931,5 @@ def test_lookup_is_the_rule_get_inlines(make_store):
     entry = reader._memory.lookup('key')
     assert entry is not None and entry.stored == 'one' == reader.get('key')
     writer.set('key', 'two')  # another object's write invalidates the entry
-    assert reader._memory.lookup('key') is None and reader._memory.holds('key') is None
+    assert reader._memory.lookup('key') is None and reader._memory.lookup('key', touch=False) is None
     assert reader.get('key') == 'two'
