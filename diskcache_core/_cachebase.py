@@ -20,6 +20,7 @@ from ._arguments import check_timeout
 from ._check import check_cache
 from ._disk import ENOVAL, Disk, open_cache_directory
 from ._eviction import Evictor
+from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
 from ._opening import open_database
 from ._queue import Queues
@@ -70,7 +71,11 @@ class CacheBase:
         self._settings = opened.settings
         self._counters = opened.counters
         self._disk = opened.disk
-        self._store = Store(opened.pool, timeout, opened.disk)
+        # The lock handoff needs WAL: in other journal modes readers meet the lock too, and
+        # SQLite's busy handler must wait for them.
+        wal = str(opened.settings.sqlite_journal_mode).lower() == "wal"
+        handoff = lock_handoff(opened.pool.words) if wal else None
+        self._store = Store(opened.pool, timeout, opened.disk, handoff)
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         self._queues = Queues(self._store, opened.disk)

@@ -85,6 +85,9 @@ class ConnectionPool:
     def __init__(self, path: str, timeout: float, configure: Callable[[sqlite3.Connection], None]):
         self.path = path
         self.timeout = timeout
+        # Seconds SQLite's busy handler waits on the per-thread connections (0 where the lock
+        # handoff wakes waiting writers instead; see _store.Store).
+        self.busy_wait = timeout
         self._configure = configure
         self.local = threading.local()
         self._states: list[ThreadState] = []
@@ -130,7 +133,7 @@ class ConnectionPool:
             state.reader = ReadOnlyReader(self)
             state.execute = state.reader.execute
             return state
-        con = self.connect()
+        con = self.connect()  # the setup below waits out another process's WAL recovery
         try:
             self._configure(con)
             con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
@@ -144,6 +147,8 @@ class ConnectionPool:
             con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
+            if self.busy_wait != self.timeout:
+                con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
         except BaseException:
             con.close()
             raise

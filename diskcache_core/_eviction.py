@@ -95,18 +95,12 @@ class Evictor:
             return
         with access.flushing:  # `hits_misses` waits: the batch is counted nowhere meanwhile
             batch = access.take()
-            state = self.store.state()
-            if timeout is not None:  # SQLite's busy handler waits; for this call, not so long
-                state.execute(sql.set_pragma("busy_timeout", int(timeout * 1000)))
             try:
-                with self.store.transaction() as state:
+                with self.store.transaction(timeout=timeout) as state:
                     access.write(state.con, batch)
             except Exception:
                 access.give_back(batch)
                 raise
-            finally:
-                if timeout is not None:
-                    state.execute(sql.set_pragma("busy_timeout", int(self.store.timeout * 1000)))
 
     def close_connection(self) -> None:
         """Close the calling thread's connection (the flusher's, between its rounds)."""

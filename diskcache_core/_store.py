@@ -1,7 +1,9 @@
 """Store: one cache database — statements on this thread's connection, transactions, and the
 one after-commit hook.
 
-A write runs as one autocommit statement, or inside `transaction`. When its transaction has
+A write runs as one autocommit statement, or inside `transaction`. A write that finds the write
+lock taken waits for it in `_when_free` (woken by the lock handoff where the platform has one,
+see _handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
 bumped (the triggers record them in ``state.versions``; see _memory.py), hand the value files
 it released to the reaper (only once committed, invariant 2 — never after a rollback), and
@@ -20,7 +22,9 @@ from . import _reaper
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
+from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff
 from ._memory import publish
+from ._schema import set_pragma
 
 __all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 
@@ -40,7 +44,9 @@ def _no_size_check() -> None:
 class Store:
     """Statement execution and transactions over a ConnectionPool; see the module docstring."""
 
-    def __init__(self, pool: ConnectionPool, timeout: float, disk: Disk) -> None:
+    def __init__(
+        self, pool: ConnectionPool, timeout: float, disk: Disk, handoff: LockHandoff | None = None
+    ) -> None:
         self.pool = pool
         self.timeout = timeout
         self.disk = disk
@@ -52,6 +58,11 @@ class Store:
         self.unchecked = 0
         self.check_every = 2**20
         self.size_check: Callable[[], None] = _no_size_check
+        # Wakes this directory's writers waiting for the write lock; with it, the connections
+        # have no busy handler of their own (they are opened after the Store is made).
+        self.handoff = handoff
+        if handoff is not None:
+            pool.busy_wait = 0.0
 
     def state(self) -> ThreadState:
         """This thread's connection state (opened on first use)."""
@@ -135,20 +146,65 @@ class Store:
         self, state: ThreadState, exc: sqlite3.Error, statement: str, params: Any, retry: bool,
         new_file: str | None, mark: int,
     ) -> sqlite3.Cursor:
-        while retry and is_busy(exc) and not state.depth:
+        if is_busy(exc) and not state.depth:
             try:
-                return state.execute(statement, params)
+                return self._when_free(lambda: state.execute(statement, params), exc, retry)
             except sqlite3.Error as again:
                 exc = again
         if not state.depth and not state.con.in_transaction:
             self._publish(state)  # the failed statement ended: it bumped for nothing, harmlessly
+            self._released()
         del state.released[mark:]  # the failed statement's changes were rolled back
         if new_file is not None:
             self.remove_file(new_file)
         raise translate_sqlite_error(exc, self.pool.path) from exc
 
+    def _when_free(
+        self, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error, retry: bool,
+        timeout: float | None = None,
+    ) -> sqlite3.Cursor:
+        """After `attempt` (a statement that takes the write lock) failed as busy with `exc`:
+        its result once it gets the lock, trying again until `timeout` (the cache's) has passed
+        — for ever with `retry`. Raises the last busy error when it gives up.
+
+        With the lock handoff the waits end when the lock is released; without it SQLite's
+        busy handler has already waited the whole timeout in `attempt`.
+        """
+        handoff = self.handoff
+        if handoff is None:
+            while retry and is_busy(exc):
+                try:
+                    return attempt()
+                except sqlite3.Error as again:
+                    exc = again
+            raise exc
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            seen = handoff.ticket()
+            try:
+                return attempt()
+            except sqlite3.Error as again:
+                exc = again
+            if not is_busy(exc):
+                raise exc
+            left = deadline - time.monotonic()
+            if left <= 0.0:
+                if not retry:
+                    raise exc
+                left = POLL_LIMIT
+            handoff.wait(seen, min(left, POLL_LIMIT))
+
+    def _released(self) -> None:
+        """This thread's connection released the write lock: pass it on to a waiting writer."""
+        handoff = self.handoff
+        if handoff is not None and handoff.words[WAITING_WORD]:
+            handoff.released()
+
     def _after_commit(self, state: ThreadState, charge: int) -> dict[int, int] | None:
         """THE after-commit hook (see the module docstring); returns the versions published."""
+        handoff = self.handoff
+        if handoff is not None and handoff.words[WAITING_WORD]:  # _released, inline: every write
+            handoff.released()
         published = state.versions or None
         if published:
             state.versions = {}
@@ -189,10 +245,13 @@ class Store:
     # --- transactions ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self, retry: bool = False, new_file: str | None = None) -> Iterator[ThreadState]:
+    def transaction(
+        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None
+    ) -> Iterator[ThreadState]:
         """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer.
 
         Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
+        `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
         state = self.state()
         if state.depth:
@@ -204,16 +263,12 @@ class Store:
             finally:
                 state.depth -= 1
             return
-        while True:
-            try:
-                state.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.Error as exc:
-                if retry and is_busy(exc):
-                    continue
-                if new_file is not None:
-                    self.remove_file(new_file)
-                raise translate_sqlite_error(exc, self.pool.path) from exc
+        try:
+            self._begin(state, retry, timeout)
+        except sqlite3.Error as exc:
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise translate_sqlite_error(exc, self.pool.path) from exc
         state.depth = 1
         if new_file is not None:
             state.created.append(new_file)
@@ -233,9 +288,25 @@ class Store:
         charge, state.charge = state.charge, 0
         self._after_commit(state, charge)
 
+    def _begin(self, state: ThreadState, retry: bool, timeout: float | None) -> None:
+        begin = "BEGIN IMMEDIATE"
+        if timeout is not None and self.handoff is None:  # the busy handler waits: shorten it
+            state.execute(set_pragma("busy_timeout", int(timeout * 1000)))
+        try:
+            try:
+                state.execute(begin)
+            except sqlite3.Error as exc:
+                if not is_busy(exc):
+                    raise
+                self._when_free(lambda: state.execute(begin), exc, retry, timeout)
+        finally:
+            if timeout is not None and self.handoff is None:
+                state.execute(set_pragma("busy_timeout", int(self.pool.busy_wait * 1000)))
+
     def _rollback(self, state: ThreadState) -> None:
         if state.con.in_transaction:
             state.execute("ROLLBACK")  # if this fails, the buckets stay unpublished: safe
+        self._released()
         self._publish(state)  # nothing changed; the buckets may be filled again
         state.released.clear()  # nothing stopped naming them after all
         state.charge = 0

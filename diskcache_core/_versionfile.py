@@ -1,7 +1,8 @@
 """The memory tier's version file: the words every process of a cache directory shares.
 
 ``cache.db-versions`` holds a header and, for each of `BUCKETS` key-hash buckets, two 64-bit
-words (``pre`` and ``post``; what they mean is the protocol in _memory.py). It is mapped shared
+words (``pre`` and ``post``; what they mean is the protocol in _memory.py); header words 2 and 3
+belong to the lock handoff (_handoff.py). It is mapped shared
 and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
 a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
 """
@@ -25,8 +26,9 @@ __all__ = ["BUCKETS", "FILE_SIZE", "HEADER_WORDS", "VERSION_FILE", "open_version
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
 _MAGIC = b"DCMEMV1\0"
-HEADER_WORDS = 8  # 64 bytes: magic, bucket count, then reserved
-_HEADER = struct.pack("<8sQ", _MAGIC, BUCKETS).ljust(8 * HEADER_WORDS, b"\0")
+HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words (_handoff.py),
+# then reserved (zero). Only the first two identify the layout: the others change while in use.
+_IDENTITY = struct.pack("<8sQ", _MAGIC, BUCKETS)
 FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)
 
 
@@ -57,19 +59,19 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
             if info.st_size == 0:
                 ownership.apply(fd)  # new: the database file's modes and owner
             os.lseek(fd, 0, os.SEEK_SET)
-            header = os.read(fd, len(_HEADER))
-            if header[:8] == _MAGIC and header != _HEADER:
+            header = os.read(fd, len(_IDENTITY))
+            if header[:8] == _MAGIC and header != _IDENTITY:
                 raise DatabaseError(
                     f"{path!r} was made by a different version of diskcache_core (another bucket"
                     " layout); remove it once no process uses the cache"
                 )
             if info.st_size < FILE_SIZE or info.st_blocks * 512 < FILE_SIZE:
                 _allocate(fd, info.st_size)  # a fully allocated file is left untouched
-            if header != _HEADER:
+            if header != _IDENTITY:
                 # New (empty) or damaged: write its header. Never truncates below the size other
                 # processes map, never resets a word that is in use.
                 os.lseek(fd, 0, os.SEEK_SET)
-                os.write(fd, _HEADER)
+                os.write(fd, _IDENTITY)
                 os.fsync(fd)  # a power loss must not leave the name with no content
             words = _shared_words(identity)
             if words is not None:
