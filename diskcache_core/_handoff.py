@@ -19,8 +19,8 @@ the waiter read the counter before the bump and its sleep (which compares the co
 returns at once. Races between releasers can still leave a sleeper unwoken; that, a holder
 killed with SIGKILL (SQLite's lock dies with it) and a python-diskcache process holding the lock
 (it wakes nobody) all cost one sleep of at most `POLL_LIMIT`, after which the waiter tries
-again. Nothing here is a lock: SQLite's lock stays the only one, so no waiter is ever blocked
-past its timeout and none burns CPU spinning.
+again. Nothing here is a lock: SQLite's lock stays the only one, so no waiter is blocked by a
+dead process and none burns CPU spinning.
 
 Where futex is unavailable (not Linux, an unknown machine, no ctypes) `lock_handoff` returns
 None and SQLite's busy handler waits, as before.
