@@ -9,6 +9,7 @@ implementation fails instead of looking fast.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ from benchmarks.micro.measure import Measure, Setup
 KEY_COUNT = 1_000
 VALUE_100B = b"a" * 100
 OTHER_100B = b"b" * 100
+VALUE_1KB = b"f" * 1_000
 VALUE_10KB = b"c" * 10_000
 VALUE_1MB = b"d" * 1_000_000  # above the 32 KiB default disk_min_file_size: a value file
 OTHER_1MB = b"e" * 1_000_000
@@ -67,6 +69,31 @@ def test_get_miss(open_cache: OpenCache, measure: Measure) -> None:
     populate(cache, names("key", KEY_COUNT), VALUE_100B)
     missing = itertools.cycle(names("missing", KEY_COUNT))
     assert measure("get_miss", cache.get, arguments((key,) for key in missing)) is None
+
+
+def test_get_cold_100b(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    keys = names("key", 25_000)  # more than any run reads: every read is a key's first
+    with cache.transact():
+        populate(cache, keys, VALUE_100B)
+    assert measure("get_cold_100b", cache.get, arguments((key,) for key in keys)) == VALUE_100B
+
+
+def test_get_miss_new(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    populate(cache, names("key", KEY_COUNT), VALUE_100B)
+    missing = (f"missing-{index}" for index in itertools.count())
+    assert measure("get_miss_new", cache.get, arguments((key,) for key in missing)) is None
+
+
+def test_get_uniform_1kb(open_cache: OpenCache, measure: Measure) -> None:
+    cache = open_cache()
+    count = 200_000
+    with cache.transact():
+        populate(cache, names("key", count), VALUE_1KB)
+    draw = random.Random(0)
+    keys = (f"key-{draw.randrange(count)}" for _ in itertools.count())
+    assert measure("get_uniform_1kb", cache.get, arguments((key,) for key in keys)) == VALUE_1KB
 
 
 def test_set_new_100b(open_cache: OpenCache, measure: Measure) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 FANOUT_SHARDS = 8
 MEMORY_OFF_FAMILY = "Cache, memory off"
@@ -25,6 +25,8 @@ class CacheLike(Protocol):
     def delete(self, key: Any) -> Any: ...
 
     def incr(self, key: Any, delta: int = 1, default: int = 0) -> int: ...
+
+    def transact(self, retry: bool = False) -> ContextManager[Any]: ...
 
     def close(self) -> None: ...
 

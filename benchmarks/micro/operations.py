@@ -41,6 +41,11 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get_hit_100b", "get hit 100 B", 0.85, 40_000),
     Operation("get_hit_10kb", "get hit 10 KB", 0.85, 40_000),
     Operation("get_miss", "get miss", 0.85, 40_000),
+    # Gets the memory tier cannot answer: each key read once, misses of keys never read before,
+    # uniform reads over more items than the tier holds.
+    Operation("get_cold_100b", "get 100 B, each key read once", 0.85, 20_000),
+    Operation("get_miss_new", "get miss, key never read", 0.85, 20_000),
+    Operation("get_uniform_1kb", "get 1 KB, uniform over 200k items", 0.85, 20_000, quick_rounds=40),
     Operation("set_new_100b", "set 100 B new key", 0.6, 20_000),
     Operation("set_overwrite_100b", "set 100 B overwrite", 0.6, 20_000),
     Operation("set_10kb", "set 10 KB new key", 0.6, 20_000),
