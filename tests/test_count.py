@@ -239,3 +239,20 @@ def test_python_diskcache_directory_and_a_peer_touched_schema_2_one(tmp_path):
         _exact(ours)
     with diskcache.Cache(old_dir) as peer:
         assert len(peer) == 4
+
+
+def test_check_reports_and_fixes_a_wrong_count(tmp_path):
+    directory = str(tmp_path)
+    with dc.Cache(directory) as cache:
+        cache['a'] = 1
+        cache['b'] = 2
+    con = sqlite3.connect(os.path.join(directory, 'cache.db'))
+    with con:
+        con.execute("UPDATE Settings SET value = 7 WHERE key = 'count'")
+    con.close()
+    with dc.Cache(directory) as cache:
+        found = cache.check()
+        assert [str(w.message) for w in found] == ['Settings.count != COUNT(*); 7 != 2']
+        assert len(cache.check(fix=True)) == 1
+        assert cache.check() == []
+        assert len(cache) == 2
