@@ -70,6 +70,8 @@ class CacheBase:
         opened = open_database(directory, timeout, disk, checked, code_only)
         self._settings = opened.settings
         self._counters = opened.counters
+        # len(): one row read where the database keeps the count, else a count of the rows.
+        self._len_statement = sql.STORED_COUNT if opened.counted else sql.COUNT
         self._disk = opened.disk
         # The lock handoff needs WAL: in other journal modes readers meet the lock too, and
         # SQLite's busy handler must wait for them.
@@ -127,7 +129,7 @@ class CacheBase:
         ``sqlite_*`` settings run their pragma; ``disk_*`` settings update the Disk attribute.
         """
         if value is ENOVAL:
-            if key == "count":  # python-diskcache kept the count here; it is counted now
+            if key == "count":  # the count row, or a count where the database keeps none
                 self._counters["count"] = len(self)
                 return self._counters["count"]
             rows = self._store.read(sql.SELECT_SETTING, (sql.row_name(key),))
@@ -362,8 +364,9 @@ class CacheBase:
         return check_cache(self._store, self._disk, self._directory, fix, retry)
 
     def __len__(self) -> int:
-        """Count of items, expired items included."""
-        return int(self._store.read(sql.COUNT)[0][0])
+        """Count of items, expired items included (read from the count the schema's triggers
+        keep; counted where a read-only database of an older schema keeps none)."""
+        return int(self._store.read(self._len_statement)[0][0])
 
     # --- lifecycle ------------------------------------------------------------------------------
 

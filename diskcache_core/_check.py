@@ -2,7 +2,7 @@
 
 Reports (as warnings, returned in a list) a failed SQLite integrity check, rows naming a
 missing, wrong-sized or unsafe value file, files, symbolic links and directories no row accounts
-for, and a stored size that differs from the sum of the rows. With `fix` it repairs each.
+for, and a stored size or item count that differs from the rows. With `fix` it repairs each.
 
 What a repair may touch: a row whose name is not a value file's (the database, its journals, the
 version or layout file, ``..``, an absolute path, a path through a link; see
@@ -90,6 +90,13 @@ def check_cache(
                 warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}", stacklevel=2)
                 if fix:
                     state.execute(sql.STORE_SIZE, (actual_size,))
+            stored_count = state.execute(sql.STORED_COUNT).fetchone()  # None: an old schema
+            ((actual_count,),) = state.execute(sql.COUNT)
+            if stored_count is not None and stored_count[0] != actual_count:
+                count = stored_count[0]
+                warnings.warn(f"Settings.count != COUNT(*); {count} != {actual_count}", stacklevel=2)
+                if fix:
+                    state.execute(sql.STORE_COUNT, (actual_count,))
     return found
 
 

@@ -39,6 +39,9 @@ class Opened(NamedTuple):
     # The counters as the database held them when opened (python-diskcache's stale attributes);
     # ``count`` is None where the database keeps none (then counted when first asked for).
     counters: dict[str, int | None]
+    # The Settings row "count" is the item count (the schema's count triggers exist); when False
+    # (a database of an older schema, or python-diskcache's, opened read-only), len() counts.
+    counted: bool
 
 
 def open_database(
@@ -100,7 +103,8 @@ def open_database(
             if no_wal_index and not code_only.get("read_only"):
                 pool.warn_unindexed()
             pool.words = None  # other processes may write: the memory tier stays off
-            return Opened(pool, settings, disk, PRIVATE, _counters(stored))
+            counted = stored.get("schema_version") == sql.SCHEMA_VERSION
+            return Opened(pool, settings, disk, PRIVATE, _counters(stored), counted)
         wanted = settings.values()
         if not stored:
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
@@ -109,7 +113,7 @@ def open_database(
         # Only once the directory is known to hold a cache database.
         ownership = disk.ownership = ownership_of(pool.path)
         pool.words = open_versions(directory, ownership)
-        return Opened(pool, settings, disk, ownership, _counters(stored))
+        return Opened(pool, settings, disk, ownership, _counters(stored), True)
     except sqlite3.Error as exc:
         raise translate_sqlite_error(exc, pool.path) from exc
     finally:
@@ -119,6 +123,8 @@ def open_database(
 def _counters(stored: dict[str, Any]) -> dict[str, int | None]:
     counters: dict[str, int | None] = {name: stored.get(name, 0) for name in sql.METADATA}
     counters["count"] = stored.get("count", None if stored else 0)  # a new database: empty
+    if stored and stored.get("schema_version") != sql.SCHEMA_VERSION:
+        counters["count"] = None  # not kept by our triggers until now: counted when asked for
     return counters
 
 

@@ -2,7 +2,8 @@
 
 Every statement is a constant string with ``?`` parameters, so sqlite3's statement cache (keyed
 by text) always hits. The Cache table has python-diskcache's columns; the triggers differ: they
-keep ``size`` (bytes in value files) in the Settings table, firing only when it changes.
+keep ``size`` (bytes in value files) in the Settings table, firing only when it changes, and
+``count`` (the items), under the names python-diskcache gives its own triggers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ __all__ = [
 
 DBNAME = "cache.db"
 LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
-SCHEMA_VERSION = 2  # 2: size triggers named as python-diskcache's; our disk options renamed
+# 2: size triggers named as python-diskcache's; our disk options renamed. 3: the item count is
+# kept in Settings by triggers (python-diskcache's names), and len() reads it.
+SCHEMA_VERSION = 3
 
 # Settings stored under another row name: python-diskcache passes every ``disk_*`` row of the
 # Settings table to its Disk, whose constructor refuses options it does not know.
@@ -47,9 +50,8 @@ def setting_name(row: str) -> str:
 
 
 # Counters kept in the Settings table by a trigger (size) or by batched flushes (hits, misses).
-# They are not settings: passing them to Cache() is an error. There is no stored count: a
-# trigger keeping one cost every insert and delete a second B-tree write (~3 us, a fifth of a
-# delete), while SELECT COUNT(*) walks the key index at about 4 ms per million items.
+# They are not settings: passing them to Cache() is an error. The item count is kept there too
+# (by _COUNT_TRIGGERS, below), under python-diskcache's row name "count".
 METADATA: dict[str, int] = {"size": 0, "hits": 0, "misses": 0}
 
 
@@ -270,6 +272,8 @@ ROWS_DESC = "SELECT rowid, key, raw FROM Cache WHERE ? < rowid AND rowid < ? ORD
 SELECT_FILES = "SELECT rowid, size, filename FROM Cache WHERE filename IS NOT NULL"
 
 COUNT = "SELECT COUNT(*) FROM Cache"
+# len() where the count triggers are known to exist (see _COUNT_TRIGGERS).
+STORED_COUNT = "SELECT value FROM Settings WHERE key = 'count'"
 VOLUME = (
     "SELECT (SELECT page_count FROM pragma_page_count())"
     " - (SELECT freelist_count FROM pragma_freelist_count()),"
@@ -301,6 +305,7 @@ ADD_TO_COUNTER = "UPDATE Settings SET value = value + ? WHERE key = ?"
 SELECT_STORED_SIZE = "SELECT value FROM Settings WHERE key = 'size'"
 SELECT_ACTUAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM Cache"
 STORE_SIZE = "UPDATE Settings SET value = ? WHERE key = 'size'"
+STORE_COUNT = "UPDATE Settings SET value = ? WHERE key = 'count'"
 MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
 PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
@@ -370,10 +375,27 @@ _OLD_OBJECTS = (
     "DROP TRIGGER IF EXISTS Cache_size_update",
     "DROP TRIGGER IF EXISTS Cache_size_delete",
 )
-# python-diskcache's item count (its len() reads it) is kept by its own triggers, which it makes
-# when it opens a database; where they exist they are kept, and the count is made right again
-# whenever the schema is migrated. (A database only this library has used has no such triggers:
-# a count costs every insert and delete a second B-tree write, and len() counts instead.)
+# The item count, kept in the Settings row "count" by one trigger per insert and per delete (an
+# overwrite, the UPDATE path of an upsert, fires neither). Exact by construction: the trigger runs
+# inside the statement, so the count commits, rolls back and survives a crash with the rows.
+# The triggers have python-diskcache's names and do what its own do, so when it opens one of our
+# databases it finds them and its count row, adds nothing, and its len() (which reads the row) is
+# right from the start; where it made them first, they are kept. The count is made right again
+# whenever the schema is migrated (a database of schema 2 or older had no count triggers; where
+# python-diskcache added its own later, it began counting from 0).
+# Cost: a new key or a delete also writes the Settings page (one more WAL frame per commit when
+# the statement wrote no value file); measured in docs/design.rst.
+_COUNT_TRIGGERS = {
+    "Settings_count_insert": (
+        "CREATE TRIGGER IF NOT EXISTS Settings_count_insert AFTER INSERT ON Cache"
+        " BEGIN UPDATE Settings SET value = value + 1 WHERE key = 'count'; END"
+    ),
+    "Settings_count_delete": (
+        "CREATE TRIGGER IF NOT EXISTS Settings_count_delete AFTER DELETE ON Cache"
+        " BEGIN UPDATE Settings SET value = value - 1 WHERE key = 'count'; END"
+    ),
+}
+COUNT_ROW = "count"
 _RECOUNT = (
     "UPDATE Settings SET value = (SELECT COALESCE(SUM(size), 0) FROM Cache) WHERE key = 'size'",
     "UPDATE Settings SET value = (SELECT COUNT(*) FROM Cache) WHERE key = 'count'",
@@ -431,16 +453,10 @@ def _schema_ready(con: sqlite3.Connection, policy: str, tag_index: int) -> bool:
         needed.add("Cache_tag_rowid")
     elif "Cache_tag_rowid" in names:
         return False
-    if "Settings_count_insert" in names and not _peer_count_right(con):
-        return False
+    # Any trigger of these names counts right: ours since the migration that made them (which
+    # recounted), or python-diskcache's own, identical in effect, in a database it created.
+    needed.update(_COUNT_TRIGGERS)
     return needed <= names
-
-
-def _peer_count_right(con: sqlite3.Connection) -> bool:
-    """python-diskcache's item count is right (a database it has used: when it first opened one
-    this library made, it started counting from 0)."""
-    stored = con.execute(SELECT_SETTING, ("count",)).fetchone()
-    return stored is None or stored[0] == con.execute(COUNT).fetchone()[0]
 
 
 def create_or_migrate(
@@ -463,8 +479,6 @@ def create_or_migrate(
     try:
         for statement in _TABLES:
             con.execute(statement)
-        for statement in _RECOUNT:  # kept by other triggers (or another library) until now
-            con.execute(statement)
         if stored.get("schema_version") != SCHEMA_VERSION:
             for statement in _OLD_OBJECTS:
                 con.execute(statement)
@@ -479,8 +493,12 @@ def create_or_migrate(
         if policy_index is not None:
             con.execute(policy_index)
         con.execute(TAG_INDEX_CREATE if wanted["tag_index"] else TAG_INDEX_DROP)
-        for name, value in METADATA.items():
+        for statement in _COUNT_TRIGGERS.values():  # kept where they exist (see above)
+            con.execute(statement)
+        for name, value in {**METADATA, COUNT_ROW: 0}.items():
             con.execute(INSERT_COUNTER, (name, value))
+        for statement in _RECOUNT:  # kept by other triggers (or none, or another library) until now
+            con.execute(statement)
         if stored.get("schema_version") != SCHEMA_VERSION:
             for row in _ROW_NAMES:  # schema 1 stored them under their setting names
                 con.execute(DELETE_SETTING, (row,))
