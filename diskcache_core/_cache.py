@@ -37,7 +37,11 @@ _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
 
 
 class Cache(CacheBase, AsyncCacheMixin):
-    """Disk and file backed cache: one SQLite database and the value files beside it."""
+    """Disk and file backed cache: one SQLite database and the value files beside it.
+
+    With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
+    them: every item operation goes through the remote tier (_remotetier.py, :doc:`remote`).
+    """
 
     def memoize(
         self,
@@ -77,6 +81,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         :param retry: keep retrying a read the database keeps busy (else Timeout after the
             cache's timeout; reads wait for writers only during WAL recovery)
         """
+        if self._remote is not None:
+            return self._remote.get(key, default, read, expire_time, tag)
         memory = self._memory
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
@@ -199,6 +205,8 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def __contains__(self, key: Any) -> bool:
         """True when `key` is present and not expired."""
+        if self._remote is not None:
+            return self._remote.get(key, ENOVAL, False, False, False) is not ENOVAL
         memory = self._memory
         if memory is not None:
             entry = memory.lookup(key, touch=False)
@@ -254,6 +262,8 @@ class Cache(CacheBase, AsyncCacheMixin):
     ) -> bool:
         """The one write path of set and add: check everything, serialize (a large value goes
         to a value file first), run one statement, then keep the value in the memory tier."""
+        if self._remote is not None:
+            return self._remote.store_item(statement, key, value, expire, read, tag)
         now = _now()
         disk = self._disk
         db_key, raw = put_key(disk, key)  # checked before a value file is written for it
@@ -289,6 +299,8 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
+        if self._remote is not None:
+            return self._remote.touch(key, None if expire is None else expire_at(_now(), expire))
         now = _now()
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(now, expire)
@@ -303,6 +315,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         """
         if type(delta) is not int or (default is not None and type(default) is not int):
             check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
+        if self._remote is not None:  # compare-and-set in Redis: atomic across hosts
+            return self._remote.update(key, lambda current: current + delta, default)
         value, db_key, raw = increment(
             self._store, self._disk, self._native_numbers, key, delta, default, retry
         )
@@ -329,6 +343,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         a value the Disk refuses (SafeDisk's UnsafePickleError) stays, and no lock is held
         while it is read. An expired item is removed and `default` returned.
         """
+        if self._remote is not None:
+            return self._remote.pop(key, default, expire_time, tag)
         db_key, raw = put_key(self._disk, key)
         while True:
             now = _now()
@@ -354,6 +370,8 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
+        if self._remote is not None:
+            return self._remote.delete(key)
         db_key, raw = put_key(self._disk, key)
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, _now()), retry)
         if count != 1:
@@ -378,8 +396,11 @@ class Cache(CacheBase, AsyncCacheMixin):
 
         Other writers wait while it is open (keep it short); readers do not. Transactions nest
         and belong to the thread that opened them. Raises Timeout when the lock cannot be had
-        within the cache's timeout and `retry` is False.
+        within the cache's timeout and `retry` is False. Not with a remote (it cannot span
+        hosts): RemoteUnsupportedError.
         """
+        if self._remote is not None:
+            self._remote.unsupported("transact()")
         with self._store.transaction(retry):
             yield
 
@@ -387,6 +408,8 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def iterkeys(self, reverse: bool = False) -> Iterator[Any]:
         """Iterate keys in database sort order (by type, then value), expired ones included."""
+        if self._remote is not None:
+            self._remote.unsupported("iterkeys()")
         first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
         rows = self._store.read(first)
         while rows:
@@ -396,6 +419,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             rows = self._store.read(following, (db_key, raw, db_key, _PAGE))
 
     def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
+        if self._remote is not None:
+            self._remote.unsupported("iteration")
         ((max_rowid,),) = self._store.read(sql.MAX_ROWID)
         if max_rowid is None:
             return

@@ -11,8 +11,9 @@ call on to one of them: settings, statistics, bulk removals, queues, check, clos
 from __future__ import annotations
 
 import os
+import os.path as op
 import warnings
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _reaper
 from . import _schema as sql
@@ -23,6 +24,7 @@ from ._eviction import Evictor
 from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
 from ._opening import open_database
+from ._remotewords import REMOTE_FILE
 from ._queue import Queues
 from ._settings import (
     CODE_ONLY_SETTINGS,
@@ -32,6 +34,9 @@ from ._settings import (
     validate_settings,
 )
 from ._store import Store
+
+if TYPE_CHECKING:
+    from ._remotetier import RemoteTier
 
 __all__ = ["CacheBase"]
 
@@ -65,6 +70,11 @@ class CacheBase:
         checked = validate_settings(settings)
         code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}
         self._directory = directory = open_cache_directory(directory)
+        if code_only.get("remote") is None and op.exists(op.join(directory, REMOTE_FILE)):
+            raise ValueError(
+                f"{directory!r} holds a near cache of a remote (Redis) cache: open it with the"
+                " same remote= option (its copies are not items of a cache of its own)"
+            )
         self._timeout = timeout
         self._code_only = code_only  # kept when the cache is pickled
         opened = open_database(directory, timeout, disk, checked, code_only)
@@ -85,6 +95,14 @@ class CacheBase:
         self._plain_fetch = type(opened.disk).fetch is Disk.fetch
         self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
         self._memory: MemoryTier | None = None
+        # With a remote (Redis holds the items): the tier every item operation goes through.
+        self._remote: RemoteTier | None = None
+        if code_only.get("remote") is not None:
+            from ._remotetier import RemoteTier  # imports redis: only when a remote is used
+
+            self._remote = RemoteTier(
+                directory, self._store, opened.disk, self._native_numbers, code_only
+            )
         self._configure_memory()
 
     # --- settings -------------------------------------------------------------------------------
@@ -196,6 +214,9 @@ class CacheBase:
     def _configure_memory(self) -> None:
         limits = {**MEMORY_DEFAULTS, **self._code_only}
         size_limit, item_limit = limits["memory_size_limit"], limits["memory_item_limit"]
+        if self._remote is not None:  # validated by the remote's stamps, not the version words
+            self._memory = self._remote.configure_memory(size_limit, item_limit)
+            return
         words = self._store.words
         if not size_limit or not item_limit or words is None:
             # Off (or impossible: read-only media that another process may still change).
@@ -251,6 +272,11 @@ class CacheBase:
         return self._directory
 
     @property
+    def remote(self) -> str | None:
+        """The URL of the remote (Redis) this cache fronts, or None (see :doc:`remote`)."""
+        return self._remote.url if self._remote is not None else None
+
+    @property
     def timeout(self) -> float:
         """Seconds a write waits for the database lock before raising Timeout."""
         return self._timeout
@@ -276,6 +302,8 @@ class CacheBase:
 
         Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
         """
+        if self._remote is not None:
+            self._remote.unsupported("push()")
         return self._queues.push(value, prefix, side, expire, read, tag, retry)
 
     def pull(
@@ -288,6 +316,8 @@ class CacheBase:
         retry: bool = False,
     ) -> Any:
         """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        if self._remote is not None:
+            self._remote.unsupported("pull()")
         return self._queues.pull(prefix, default, side, expire_time, tag, retry)
 
     def peek(
@@ -300,12 +330,16 @@ class CacheBase:
         retry: bool = False,
     ) -> Any:
         """Return ``(key, value)`` at the `side` of the queue without removing it."""
+        if self._remote is not None:
+            self._remote.unsupported("peek()")
         return self._queues.peek(prefix, default, side, expire_time, tag, retry)
 
     def peekitem(
         self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
     ) -> Any:
         """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
+        if self._remote is not None:
+            self._remote.unsupported("peekitem()")
         return self._queues.peekitem(last, expire_time, tag, retry)
 
     # --- removals and limits (see _eviction.py) -------------------------------------------------
@@ -315,12 +349,19 @@ class CacheBase:
         return self._evictor.expire(now, retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag`; return how many."""
+        """Remove every item with `tag`; return how many (with a remote: from Redis)."""
+        if self._remote is not None:
+            return self._remote.evict(tag)
         return self._evictor.evict(tag, retry)
 
     def clear(self, retry: bool = False) -> int:
-        """Remove every item; return how many."""
+        """Remove every item; return how many (with a remote: from Redis, under the prefix;
+        this host's copies go too)."""
         try:
+            if self._remote is not None:
+                removed = self._remote.clear()
+                self._evictor.clear(retry)
+                return removed
             return self._evictor.clear(retry)
         finally:
             # The triggers have invalidated every entry (in every process); free them here.
@@ -365,7 +406,10 @@ class CacheBase:
 
     def __len__(self) -> int:
         """Count of items, expired items included (read from the count the schema's triggers
-        keep; counted where a read-only database of an older schema keeps none)."""
+        keep; counted where a read-only database of an older schema keeps none). Not with a
+        remote: RemoteUnsupportedError."""
+        if self._remote is not None:
+            self._remote.unsupported("len()")
         return int(self._store.read(self._len_statement)[0][0])
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -379,6 +423,8 @@ class CacheBase:
         a statement it may be running is not safe). The last close of a database in any process
         removes its WAL (``-wal``) and ``-shm``.
         """
+        if self._remote is not None:
+            self._remote.close()
         try:
             self._evictor.flush_access_log()
         except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache

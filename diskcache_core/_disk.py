@@ -66,6 +66,9 @@ class Constant(tuple[str]):
 
 ENOVAL = Constant("ENOVAL")
 UNKNOWN = Constant("UNKNOWN")
+# What a read-modify-write function returns to leave the item as it is, or to delete it.
+KEEP = Constant("KEEP")
+DELETE = Constant("DELETE")
 
 MODE_NONE = 0
 MODE_RAW = 1

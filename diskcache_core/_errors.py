@@ -3,6 +3,9 @@
     Exception
      └── DiskCacheError                  anything the library raises on its own account
           ├── Timeout                    a write could not take the database lock in time
+          │    └── RemoteUnavailableError  the remote (Redis) could not be reached in time
+          ├── RemoteError                anything else the remote refused (authentication, ...)
+          │    └── RemoteUnsupportedError an operation a cache with a remote cannot do
           ├── DatabaseError              SQLite failed for another reason (I/O, corrupt, ...)
           │    └── DiskFullError          no space left on the device (also an OSError, ENOSPC)
           ├── UnsafeValueFileError       a value-file name that escapes the cache directory
@@ -29,6 +32,9 @@ __all__ = [
     "DiskFullError",
     "EmptyDirWarning",
     "ReadOnlyCacheWarning",
+    "RemoteError",
+    "RemoteUnavailableError",
+    "RemoteUnsupportedError",
     "Timeout",
     "UnknownFileWarning",
     "UnsafePickleError",
@@ -49,6 +55,24 @@ class Timeout(DiskCacheError):
     For bulk operations (``expire``, ``evict``, ``cull``, ``clear``) ``args[0]`` is the number of
     items removed before the timeout, as in python-diskcache.
     """
+
+
+class RemoteUnavailableError(Timeout):
+    """The remote (Redis) did not answer: refused, timed out, or down. Nothing was written.
+
+    A `Timeout`, so that FanoutCache reports a write to an unreachable remote as a give-up,
+    the way it reports a busy shard.
+    """
+
+
+class RemoteError(DiskCacheError):
+    """The remote answered with an error: wrong password, a value this library did not write,
+    or a command it refused."""
+
+
+class RemoteUnsupportedError(RemoteError, NotImplementedError):
+    """An operation a cache with a remote does not do across hosts (queues, ``transact``,
+    iteration): raised rather than done on this host's copy alone."""
 
 
 class DatabaseError(DiskCacheError):

@@ -47,7 +47,7 @@ from ._layout import placement_hash, read_layout, shard_name
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
-from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, validate_settings
+from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, REMOTE_DEFAULTS, validate_settings
 from ._persistent import Deque, Index
 from ._subcollections import SubCollections
 
@@ -189,6 +189,9 @@ class FanoutCache(AsyncDataMixin):
             shard_settings.update((name, split[number]) for name, split in memory_shares.items())
             if total is not None or not op.exists(op.join(path, sql.DBNAME)):
                 shard_settings["size_limit"] = shares[number]
+            if checked.get("remote") is not None:  # each shard its own names (and listener)
+                prefix = checked.get("remote_prefix", REMOTE_DEFAULTS["remote_prefix"])
+                shard_settings["remote_prefix"] = f"{prefix}{number}/"
             shard = Cache(path, timeout=timeout, disk=disk, **shard_settings)
             _store_within_share(shard)
             cache_list.append(shard)

@@ -2,7 +2,8 @@
 throttle and barrier (python-diskcache's recipes, same signatures).
 
 Every primitive keeps its state in one cache item, changed atomically with ``add`` or inside
-``transact``, so it works across threads and processes sharing the cache directory. What this
+``transact``, so it works across threads and processes sharing the cache directory — and, on a
+cache with a remote, across hosts (compare-and-set in Redis instead of ``transact``). What this
 module adds to the peer's recipes:
 
 - ``acquire(blocking=True, timeout=None)`` returns a bool, and ``locked()`` exists on every lock;
@@ -27,6 +28,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._disk import DELETE, KEEP
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
@@ -45,6 +48,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 FIRST_DELAY = 0.001  # seconds before the first retry of a contended acquire
 MAX_DELAY = 0.05  # backoff cap: a released lock is noticed within this (plus jitter)
+
+
+def _change(
+    cache: Any, key: Any, function: Callable[[Any], tuple[Any, Any]], default: Any,
+    expire: float | None, tag: Any,
+) -> Any:
+    """Atomically: ``new, result = function(value or default)``, then store `new` (with
+    `expire` and `tag`), delete the item for DELETE, or leave it for KEEP; return `result`.
+
+    In one transaction; on a cache with a remote, where a transaction cannot span hosts, as a
+    compare-and-set in Redis (retried when another writer got in between).
+    """
+    shard = cache.shard_for(key) if hasattr(cache, "shard_for") else cache
+    if getattr(shard, "remote", None) is not None:
+        return shard._remote.change(key, function, default, expire, tag)  # noqa: SLF001
+    with cache.transact(retry=True):
+        value, result = function(cache.get(key, default=default))
+        if value is DELETE:
+            cache.delete(key)
+        elif value is not KEEP:
+            cache.set(key, value, expire=expire, tag=tag)
+    return result
 
 
 def full_name(func: Callable[..., Any]) -> str:
@@ -125,9 +150,11 @@ class Averager:
 
     def add(self, value: float) -> None:
         """Add `value` to the average."""
-        with self._cache.transact(retry=True):
-            total, count = self._cache.get(self._key, default=(0.0, 0))
-            self._cache.set(self._key, (total + value, count + 1), expire=self._expire, tag=self._tag)
+        def added(current: tuple[float, int]) -> tuple[Any, None]:
+            total, count = current
+            return (total + value, count + 1), None
+
+        _change(self._cache, self._key, added, (0.0, 0), self._expire, self._tag)
 
     def get(self) -> float | None:
         """The current average, or None when nothing was added."""
@@ -184,11 +211,11 @@ class Lock:
         if token is None:
             raise RuntimeError("release unlocked lock")
         self._token = None
-        with self._cache.transact(retry=True):
-            held = self._cache.get(self._key) == token
-            if held:
-                self._cache.delete(self._key)
-        if not held:
+
+        def released(current: Any) -> tuple[Any, bool]:
+            return (DELETE, True) if current == token else (KEEP, False)
+
+        if not _change(self._cache, self._key, released, None, None, None):
             raise RuntimeError(
                 f"lock {self._key!r} expired before release: another holder may have taken it"
             )
@@ -228,26 +255,27 @@ class RLock:
             owner, count = self._cache.get(self._key, default=(None, 0), retry=True)
             if count and owner != me:
                 return False  # held by another: do not take the write lock to find out
-            with self._cache.transact(retry=True):
-                owner, count = self._cache.get(self._key, default=(None, 0))
-                if count and owner != me:
-                    return False
-                self._cache.set(self._key, (me, count + 1), expire=self._expire, tag=self._tag)
-                return True
+            return bool(_change(self._cache, self._key, take, (None, 0), self._expire, self._tag))
+
+        def take(current: tuple[Any, int]) -> tuple[Any, bool]:
+            owner, count = current
+            if count and owner != me:
+                return KEEP, False
+            return (me, count + 1), True
 
         return _poll(attempt, blocking, timeout)
 
     def release(self) -> None:
         """Give up one hold; RuntimeError when the calling thread does not own the lock."""
         me = _owner()
-        with self._cache.transact(retry=True):
-            owner, count = self._cache.get(self._key, default=(None, 0))
+
+        def give_back(current: tuple[Any, int]) -> tuple[Any, None]:
+            owner, count = current
             if owner != me or count <= 0:
                 raise RuntimeError("cannot release un-acquired lock")
-            if count == 1:
-                self._cache.delete(self._key)
-            else:
-                self._cache.set(self._key, (me, count - 1), expire=self._expire, tag=self._tag)
+            return (DELETE if count == 1 else (me, count - 1)), None
+
+        _change(self._cache, self._key, give_back, (None, 0), self._expire, self._tag)
 
     def locked(self) -> bool:
         """True when some thread or process holds the lock."""
@@ -294,14 +322,15 @@ class BoundedSemaphore:
         def attempt() -> bool:
             if len(self._live_leases(self._cache.get(self._key, default={}, retry=True))) >= self._value:
                 return False  # full: do not take the write lock to find out
-            with self._cache.transact(retry=True):
-                leases = self._live_leases(self._cache.get(self._key, default={}))
-                if len(leases) >= self._value:
-                    return False
-                leases[token] = None if self._expire is None else time.time() + self._expire
-                # The item outlives its newest lease; expired leases are dropped on each write.
-                self._cache.set(self._key, leases, expire=self._expire, tag=self._tag)
-                return True
+            return bool(_change(self._cache, self._key, take, {}, self._expire, self._tag))
+
+        def take(current: dict[str, float | None]) -> tuple[Any, bool]:
+            leases = self._live_leases(current)
+            if len(leases) >= self._value:
+                return KEEP, False
+            leases[token] = None if self._expire is None else time.time() + self._expire
+            # The item outlives its newest lease; expired leases are dropped on each write.
+            return leases, True
 
         if not _poll(attempt, blocking, timeout):
             return False
@@ -314,15 +343,14 @@ class BoundedSemaphore:
             token = self._tokens.pop()
         except IndexError:
             raise ValueError("semaphore released too many times") from None
-        with self._cache.transact(retry=True):
-            leases = self._live_leases(self._cache.get(self._key, default={}))
+
+        def give_back(current: dict[str, float | None]) -> tuple[Any, bool]:
+            leases = self._live_leases(current)
             held = token in leases
             leases.pop(token, None)
-            if leases:
-                self._cache.set(self._key, leases, expire=self._expire, tag=self._tag)
-            else:
-                self._cache.delete(self._key)
-        if not held:
+            return (leases if leases else DELETE), held
+
+        if not _change(self._cache, self._key, give_back, {}, self._expire, self._tag):
             raise ValueError(f"semaphore {self._key!r}: the lease expired before release")
 
     def locked(self) -> bool:
@@ -364,14 +392,16 @@ def throttle(
 
         def take_token() -> float:
             """Take a token if one is there (0.0), else return how long to wait for one."""
-            with cache.transact(retry=True):
-                now = time_func()
-                last, stored = cache.get(key, default=(now, count))
+            now = time_func()
+
+            def take(current: tuple[float, float]) -> tuple[Any, float]:
+                last, stored = current
                 tokens: float = min(count, stored + (now - last) * rate)
                 if tokens >= 1:
-                    cache.set(key, (now, tokens - 1), expire=expire, tag=tag)
-                    return 0.0
-            return (1 - tokens) / rate
+                    return (now, tokens - 1), 0.0
+                return KEEP, (1 - tokens) / rate
+
+            return float(_change(cache, key, take, (now, count), expire, tag))
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:

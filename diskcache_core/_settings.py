@@ -20,6 +20,7 @@ __all__ = [
     "CODE_ONLY_SETTINGS",
     "DEFAULT_SETTINGS",
     "MEMORY_DEFAULTS",
+    "REMOTE_DEFAULTS",
     "PEER_ONLY_ROWS",
     "PERSISTENT_PRAGMAS",
     "Settings",
@@ -131,10 +132,22 @@ MEMORY_DEFAULTS: dict[str, int] = {
     "memory_item_limit": 10_000,
 }
 
+# A remote source of truth (see _remotecache.py): its URL (None: none), the prefix of the cache's
+# names in it, the seconds local copies may be served while it cannot be reached, and the
+# seconds a command waits for it.
+REMOTE_DEFAULTS: dict[str, Any] = {
+    "remote": None,
+    "remote_prefix": "diskcache_core:",
+    "max_staleness": 1.0,
+    "remote_timeout": 5.0,
+}
+
 # Settings never stored: the Disk's allow-list (a database someone else can write must not be
-# able to widen SafeDisk's allow-list), and the memory tier's bounds (per process).
+# able to widen SafeDisk's allow-list), the memory tier's bounds (per process), and the remote.
 # ``read_only``: open without writing anything (see Cache).
-CODE_ONLY_SETTINGS = frozenset({"disk_allowed_types", "read_only", *MEMORY_DEFAULTS})
+CODE_ONLY_SETTINGS = frozenset(
+    {"disk_allowed_types", "read_only", *MEMORY_DEFAULTS, *REMOTE_DEFAULTS}
+)
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -176,6 +189,34 @@ def _optional_int(name: str, value: Any) -> int | None:
     return None if value is None else _int(name, value, minimum=None)
 
 
+def _remote_url(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    from ._urls import check_remote_url  # no redis import: that waits for the first connection
+
+    return check_remote_url(value)
+
+
+def _prefix(name: str, value: Any) -> str:
+    if type(value) is not str:
+        raise TypeError(f"setting {name!r} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"setting {name!r} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"setting {name!r} must be encodable as UTF-8: {value!r}") from None
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if type(value) not in (int, float):
+        raise TypeError(f"setting {name!r} must be a number of seconds, not {value!r}")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"setting {name!r} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 def _pragma(name: str, value: Any) -> Any:
     # Pragma values are spliced into SQL text (PRAGMA takes no parameters): allow only numbers
     # and bare words.
@@ -201,6 +242,10 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "memory_size_limit": _int,
     "memory_item_limit": _int,
     "read_only": _flag,
+    "remote": _remote_url,
+    "remote_prefix": _prefix,
+    "max_staleness": _seconds,
+    "remote_timeout": _seconds,
 }
 
 
@@ -218,7 +263,9 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
         elif name.startswith("disk_"):
             checked[name] = value  # options of a custom Disk: its constructor checks them
         else:
-            known = ", ".join(sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, "read_only"}))
+            known = ", ".join(
+                sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, *REMOTE_DEFAULTS, "read_only"})
+            )
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
     return checked
 

@@ -36,11 +36,12 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ContextManager
 
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
@@ -160,6 +161,12 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         super().__init__(params)
         options = dict(params.get("OPTIONS") or {})
         self._max_entries_limit, self._cull_frequency_of = _entry_limits(options)
+        self._remote = options.get("remote") is not None
+        if self._remote and self._max_entries_limit is not None:
+            raise ImproperlyConfigured(
+                "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
+                " items of every host (bound it with Redis's maxmemory policy instead)"
+            )
         self._fanout = _shared_fanout(
             _location(directory),
             params.get("SHARDS", 8),
@@ -227,6 +234,13 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
             self._fanout.clear(retry=True)
         else:
             self._fanout.evict_items(count // self._cull_frequency_of, retry=True)
+
+    def _batch(self, shard: Cache, retry: bool) -> ContextManager[Any]:
+        """One transaction for a shard's part of a bulk write; with a remote (where a transaction
+        cannot span hosts) each write stands alone."""
+        if self._remote:
+            return contextlib.nullcontext()
+        return shard.transact(retry=retry)
 
     def _by_shard(self, keys: Iterable[Any]) -> dict[Cache, list[Any]]:
         """Items grouped by the shard of their first element (the made key)."""
@@ -367,7 +381,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         self._make_room(len(made))
         for shard, items in self._by_shard(made).items():
             try:
-                with shard.transact(retry=retry):
+                with self._batch(shard, retry):
                     for made_key, _, value in items:
                         shard.set(made_key, value, expire, retry=retry)
             except Timeout:
@@ -380,7 +394,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         made = [(self.make_and_validate_key(key, version=version),) for key in keys]
         for shard, items in self._by_shard(made).items():
             try:
-                with shard.transact(retry=retry):
+                with self._batch(shard, retry):
                     for (made_key,) in items:
                         shard.delete(made_key, retry=retry)
             except Timeout:

@@ -29,10 +29,11 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ContextManager, ParamSpec, TypeVar
 
 from flask import Flask
 from flask_caching.backends.base import BaseCache
@@ -92,7 +93,10 @@ class DiskCache(BaseCache):
         if isinstance(disk, str):
             disk = import_string(disk)
         self._cache = Cache(directory, timeout=database_timeout, disk=disk, **settings)  # type: ignore[arg-type]
-        self._threshold = threshold
+        # With a remote, Redis holds every host's items: a count of this host's copies would
+        # bound nothing (bound Redis with its maxmemory policy instead).
+        self._remote = settings.get("remote") is not None
+        self._threshold = 0 if self._remote else threshold
         self._check_every = max(1, threshold // _CHECKS_PER_THRESHOLD)
         self._unchecked = 0  # writes since the count was last checked
         self._unchecked_lock = threading.Lock()
@@ -131,6 +135,13 @@ class DiskCache(BaseCache):
         if seconds == 0:
             return None
         return float(seconds) if seconds > 0 else _EXPIRED
+
+    def _batch(self) -> ContextManager[Any]:
+        """One transaction for a bulk write; with a remote (where a transaction cannot span
+        hosts) each write stands alone."""
+        if self._remote:
+            return contextlib.nullcontext()
+        return self._cache.transact()
 
     def _wrote(self, count: int = 1) -> None:
         """Count writes; every `_check_every` of them, bring the cache back to the threshold."""
@@ -197,7 +208,7 @@ class DiskCache(BaseCache):
         expire = self._expire(timeout)
         cache = self._cache
         try:
-            with cache.transact():
+            with self._batch():
                 for key, value in mapping.items():
                     cache.set(key, value, expire=expire)
         except Timeout:
@@ -213,7 +224,7 @@ class DiskCache(BaseCache):
         """
         cache = self._cache
         try:
-            with cache.transact():
+            with self._batch():
                 for key in keys:
                     cache.delete(key)
         except Timeout:

@@ -1,0 +1,225 @@
+"""The invalidation listener: one per host directory, elected, hearing every change from Redis.
+
+Invalidation uses Redis's server-assisted client tracking in broadcast mode with the cache's
+prefix (``CLIENT TRACKING ON REDIRECT <id> BCAST PREFIX <prefix>``): Redis itself reports every
+change to a name under the prefix — writes by any client, expiry, eviction under ``maxmemory``,
+``FLUSHDB`` — on the ``__redis__:invalidate`` channel of a subscribed connection, and asks no extra
+command of writers. (Explicit publishing by writers would cost a command per write and would miss
+expiry, eviction and other clients.) The price is that a host also hears of its own writes, and
+drops its copies of items it just wrote: a write is followed by one read from Redis per host.
+
+Election: every process using the directory runs a `ListenerThread`, which tries to take an
+exclusive ``flock`` on ``cache.db-remote.lock``. The one that has it listens; the others retry
+every `_ELECTION_POLL`. The kernel drops the lock when its holder dies, however it dies.
+
+Listening, per primary (one for a single server, each primary of a cluster): a subscribed
+connection and a tracking connection redirected to it. Once all are set up, every stamp is
+renewed (`RemoteWords.renew_all`: whatever was copied before may have changed unheard), and then
+the lease is renewed every `_RENEW` while the connections are healthy (a PING every
+`_PING_EVERY`), never beyond the last healthy moment plus ``max_staleness``. Each invalidated
+name bumps its bucket's stamp; a flush (no names) renews all. On any connection error the lease
+is cleared at once, and listening starts over (with renewed stamps) after a pause.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import threading
+import time
+from typing import Any
+
+from ._remote import RemoteStore, stamp_hash
+from ._remotewords import LEASE, RemoteWords
+
+__all__ = ["ListenerThread", "listener_for"]
+
+_ELECTION_POLL = 0.025
+_RENEW = LEASE / 4
+_PING_EVERY = 0.25
+_RETRY_PAUSE = 0.2
+_CHANNEL = b"__redis__:invalidate"
+LOCK_FILE = "cache.db-remote.lock"
+
+
+class _Node:
+    """The two connections of one primary."""
+
+    def __init__(self, client: Any, prefix: bytes) -> None:
+        # `client` speaks RESP2: there the invalidations arrive as plain pub/sub messages.
+        pool = client.connection_pool
+        self.subscriber = pool.make_connection()
+        self.tracker = pool.make_connection()
+        try:
+            self.subscriber.connect()
+            self.subscriber.send_command("CLIENT", "ID")
+            client_id = self.subscriber.read_response()
+            self.subscriber.send_command("SUBSCRIBE", _CHANNEL)
+            self.subscriber.read_response()
+            self.tracker.connect()
+            self.tracker.send_command(
+                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", prefix
+            )
+            reply = self.tracker.read_response()
+            if reply not in (b"OK", "OK"):
+                raise ConnectionError(f"CLIENT TRACKING answered {reply!r}")
+        except BaseException:
+            self.close()
+            raise
+
+    def socket(self) -> Any:
+        return self.subscriber._sock
+
+    def ping(self) -> None:
+        self.tracker.send_command("PING")
+        self.tracker.read_response()
+
+    def close(self) -> None:
+        for connection in (self.subscriber, self.tracker):
+            try:
+                connection.disconnect()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+
+class ListenerThread(threading.Thread):
+    """This process's candidate for listener of one directory (see the module docstring)."""
+
+    def __init__(
+        self, directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float
+    ) -> None:
+        super().__init__(name=f"diskcache_core listener {directory}", daemon=True)
+        self._lock_path = os.path.join(directory, LOCK_FILE)
+        self._remote = remote
+        self._words = words
+        self._max_staleness = max_staleness
+        self._stop_event = threading.Event()
+        self.users = 0
+        self.pid = os.getpid()
+        self.listening = False
+        self.fd = -1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self.fd = fd = os.open(self._lock_path, flags, 0o600)
+        except OSError:
+            return  # a directory we cannot write: no listener here, so no copy is ever served
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    self._stop_event.wait(_ELECTION_POLL)
+                    continue
+                try:
+                    self._words.set_listener(os.getpid())
+                    self._lead()
+                finally:
+                    self._words.set_lease(0.0)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self.fd = -1
+            os.close(fd)
+
+    def _lead(self) -> None:
+        """Listen until stopped, starting over after any connection error."""
+        while not self._stop_event.is_set():
+            nodes: list[_Node] = []
+            try:
+                prefix = self._remote.prefix
+                nodes = [_Node(client, prefix) for client in self._remote.primaries()]
+                self._words.renew_all()
+                self.listening = True
+                self._listen(nodes)
+            except Exception:  # noqa: BLE001 - any failure: no lease, then start over
+                self._words.set_lease(0.0)
+                self._stop_event.wait(_RETRY_PAUSE)
+            finally:
+                self.listening = False
+                for node in nodes:
+                    node.close()
+
+    def _listen(self, nodes: list[_Node]) -> None:
+        words = self._words
+        healthy = time.time()
+        pinged = healthy
+        sockets = [node.socket() for node in nodes]
+        while not self._stop_event.is_set():
+            for node in nodes:
+                while node.subscriber.can_read(timeout=0):
+                    self._apply(node.subscriber.read_response())
+            now = time.time()
+            if now - pinged >= _PING_EVERY:
+                for node in nodes:
+                    node.ping()
+                healthy = pinged = time.time()
+            words.set_lease(min(now + LEASE, healthy + self._max_staleness))
+            select.select(sockets, [], [], _RENEW)
+
+    def _apply(self, message: Any) -> None:
+        if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":
+            return  # the subscription's confirmation, or a PING's answer
+        names = message[2]
+        words = self._words
+        if names is None:  # FLUSHDB / FLUSHALL: everything may have gone
+            words.renew_all()
+            return
+        skip = len(self._remote.prefix)
+        for name in names:
+            words.bump(words.index(stamp_hash(name[skip:])))
+
+
+# One candidate per directory in this process, shared by the caches that use it.
+_threads: dict[str, ListenerThread] = {}
+_threads_lock = threading.Lock()
+
+
+def listener_for(
+    directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float
+) -> ListenerThread:
+    """This process's listener candidate for `directory`, started if need be; one more user."""
+    key = os.path.realpath(directory)
+    with _threads_lock:
+        thread = _threads.get(key)
+        if thread is None or thread.pid != os.getpid() or not thread.is_alive():
+            thread = ListenerThread(directory, remote, words, max_staleness)
+            thread.start()
+            _threads[key] = thread
+        thread.users += 1
+        return thread
+
+
+def release_listener(thread: ListenerThread) -> None:
+    """One user fewer; the last one stops the thread (another process takes over)."""
+    with _threads_lock:
+        thread.users -= 1
+        if thread.users > 0:
+            return
+        for key, value in list(_threads.items()):
+            if value is thread:
+                del _threads[key]
+    thread.stop()
+    if thread is not threading.current_thread() and thread.pid == os.getpid():
+        thread.join(timeout=5)
+
+
+def _forget_after_fork() -> None:
+    # The child has none of the parent's threads, but their lock descriptors: close them, or a
+    # child outliving its parent would keep the lock with nobody listening. The parent keeps
+    # its lock (a flock belongs to the open file, released when its last descriptor closes).
+    for thread in _threads.values():
+        if thread.fd != -1:
+            try:
+                os.close(thread.fd)
+            except OSError:
+                pass
+    _threads.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

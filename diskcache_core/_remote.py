@@ -1,0 +1,353 @@
+"""The remote source of truth: a Redis (or Valkey, or Redis Cluster) server reached with redis-py.
+
+Only imported when a cache is opened with ``remote=``. Here: the URL (a plain ``redis://``,
+``rediss://`` or ``unix://`` URL; ``?cluster=true`` for a Redis Cluster), the names of items in
+Redis (the cache's prefix, then the database key with a one-byte type mark), the stored form of an
+item (a fixed header — mode, expiry, tag — then the serialized value, in one Redis string whose
+TTL is the item's expiry), and the commands each cache operation needs, each one round trip.
+Redis errors are translated here: an unreachable server is `RemoteUnavailableError` (a
+`Timeout`, so FanoutCache reports a give-up as for a busy shard), anything else `RemoteError`.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import Any, Callable, NamedTuple, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.cluster
+import redis.exceptions
+
+from ._errors import RemoteError, RemoteUnavailableError
+from ._urls import check_remote_url, safe_url
+
+__all__ = ["Item", "RemoteStore", "decode_item", "encode_item", "encode_key", "stamp_hash"]
+
+_FORMAT = 1
+# version, mode, body kind, expire_time (big-endian double, NaN: none), tag length
+_HEADER = struct.Struct(">BBBdH")
+_NO_EXPIRY = math.nan
+_INT64 = 2**63
+_T = TypeVar("_T")
+
+# Compare-and-set: replace (or, with ARGV[5] = '1', delete) the value only if it is still the
+# one read (ARGV[2] = '1': it was absent).
+_CAS = """
+local current = redis.call('GET', KEYS[1])
+if (current or '') ~= ARGV[1] or (current == false) ~= (ARGV[2] == '1') then return 0 end
+if ARGV[5] == '1' then redis.call('DEL', KEYS[1])
+elseif ARGV[4] == '' then redis.call('SET', KEYS[1], ARGV[3])
+else redis.call('SET', KEYS[1], ARGV[3], 'PXAT', ARGV[4]) end
+return 1
+"""
+# New expiry: the header's expiry bytes (offset 3, 8 bytes) and the key's TTL, if it exists.
+_TOUCH = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local updated = string.sub(current, 1, 3) .. ARGV[1] .. string.sub(current, 12)
+if ARGV[2] == '' then redis.call('SET', KEYS[1], updated)
+else redis.call('SET', KEYS[1], updated, 'PXAT', ARGV[2]) end
+return 1
+"""
+# Delete the item if its tag field (length and bytes, from offset 11) is ARGV[1].
+_EVICT_TAG = """
+local current = redis.call('GETRANGE', KEYS[1], 11, 10 + string.len(ARGV[1]))
+if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_SCAN_COUNT = 500
+
+
+class Item(NamedTuple):
+    """An item as Redis holds it: what `Disk.fetch` needs (inline), its expiry and its tag."""
+
+    mode: int
+    db_value: Any
+    expire_time: float | None
+    tag: Any
+
+
+def _split_cluster(url: str) -> tuple[str, bool]:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    cluster = [value for name, value in query if name == "cluster"]
+    rest = [(name, value) for name, value in query if name != "cluster"]
+    wanted = bool(cluster) and cluster[-1].lower() in ("1", "true", "yes", "on")
+    return urlunsplit(parts._replace(query=urlencode(rest))), wanted
+
+
+def encode_key(db_key: Any, raw: bool) -> bytes:
+    """The Redis name of a database key, without the prefix: a type mark, then the key.
+
+    Keys the database treats as equal get the same name (``1`` and ``1.0``).
+    """
+    kind = type(db_key)
+    if not raw:
+        pickled: bytes = db_key
+        return b"p" + pickled
+    if kind is str:
+        text: str = db_key
+        return b"s" + text.encode("utf-8")
+    if kind is bytes:
+        data: bytes = db_key
+        return b"b" + data
+    if kind is float and db_key.is_integer() and -_INT64 <= db_key < _INT64:
+        return b"i%d" % int(db_key)
+    if kind is int:
+        return b"i%d" % db_key
+    return b"f" + repr(db_key).encode()
+
+
+def _encode_tag(tag: Any) -> bytes:
+    if tag is None:
+        return b""
+    kind = type(tag)
+    if kind is str:
+        text: str = tag
+        return b"s" + text.encode("utf-8")
+    if kind is bytes:
+        data: bytes = tag
+        return b"b" + data
+    if kind is int or kind is bool:
+        return b"i%d" % tag
+    if kind is float:
+        return b"f" + repr(tag).encode()
+    raise TypeError(f"a tag must be str, bytes, int or float, not {kind.__name__}")
+
+
+def _decode_tag(data: bytes) -> Any:
+    if not data:
+        return None
+    mark, body = data[:1], data[1:]
+    if mark == b"s":
+        return body.decode("utf-8")
+    if mark == b"b":
+        return body
+    if mark == b"i":
+        return int(body)
+    return float(body)
+
+
+def tag_field(tag: Any) -> bytes:
+    """A tag as `_EVICT_TAG` compares it: its length, then its encoded form."""
+    data = _encode_tag(tag)
+    return struct.pack(">H", len(data)) + data
+
+
+def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -> bytes:
+    """The stored form of an item (`db_value`: an inline column value of `mode`)."""
+    kind = type(db_value)
+    if kind is bytes:
+        mark, body = b"b", db_value
+    elif kind is str:
+        mark, body = b"s", db_value.encode("utf-8")
+    elif kind is int:
+        mark, body = b"i", b"%d" % db_value
+    elif kind is float:
+        mark, body = b"f", repr(db_value).encode()
+    else:
+        raise TypeError(f"cannot store a column value of type {kind.__name__} remotely")
+    tag_data = _encode_tag(tag)
+    header = _HEADER.pack(
+        _FORMAT, mode, mark[0], _NO_EXPIRY if expire_time is None else expire_time, len(tag_data)
+    )
+    return b"".join((header, tag_data, body))
+
+
+def decode_item(data: bytes) -> Item:
+    """An item from its stored form; RemoteError when it is not one this library wrote."""
+    try:
+        version, mode, mark, expires, tag_length = _HEADER.unpack_from(data)
+    except struct.error:
+        raise RemoteError("a remote value that this library did not write") from None
+    if version != _FORMAT:
+        raise RemoteError(f"a remote value of unknown format {version}")
+    start = _HEADER.size + tag_length
+    tag = _decode_tag(data[_HEADER.size:start])
+    body = data[start:]
+    db_value: Any
+    if mark == 98:  # b
+        db_value = body
+    elif mark == 115:  # s
+        db_value = body.decode("utf-8")
+    elif mark == 105:  # i
+        db_value = int(body)
+    else:
+        db_value = float(body)
+    return Item(mode, db_value, None if expires != expires else expires, tag)
+
+
+def expiry_header(expire_time: float | None) -> bytes:
+    """The 8 expiry bytes of the header (`_TOUCH` writes them)."""
+    return struct.pack(">d", _NO_EXPIRY if expire_time is None else expire_time)
+
+
+def _pxat(expire_time: float | None) -> int | None:
+    return None if expire_time is None else max(1, math.ceil(expire_time * 1000))
+
+
+def stamp_hash(name: bytes) -> int:
+    """The hash that places a Redis name (without prefix) in a stamp bucket."""
+    return zlib.crc32(name)
+
+
+class RemoteStore:
+    """One cache's view of the remote: its client, its prefix, and one method per command."""
+
+    def __init__(self, url: str, prefix: bytes, timeout: float) -> None:
+        self.url = check_remote_url(url)
+        self.prefix = prefix
+        self.timeout = timeout
+        plain_url, self.cluster = _split_cluster(url)
+        self._plain_url = plain_url
+        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        try:
+            if self.cluster:
+                self.client: Any = redis.cluster.RedisCluster.from_url(plain_url, **options)
+            else:
+                self.client = redis.Redis.from_url(plain_url, **options)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"remote URL {url!r}: {exc}") from None
+        except redis.exceptions.RedisError as exc:  # a cluster client connects at once
+            raise _translated(exc, url) from exc
+        self._cas = self.client.register_script(_CAS)
+        self._touch = self.client.register_script(_TOUCH)
+        self._evict_tag = self.client.register_script(_EVICT_TAG)
+
+    def name(self, encoded_key: bytes) -> bytes:
+        return self.prefix + encoded_key
+
+    def call(self, function: Callable[[], _T]) -> _T:
+        """Run one client call, translating redis-py's errors into the library's."""
+        try:
+            return function()
+        except redis.exceptions.RedisError as exc:
+            raise _translated(exc, self.url) from exc
+
+    # --- items --------------------------------------------------------------------------------
+
+    def get(self, name: bytes) -> bytes | None:
+        return self.call(lambda: self.client.get(name))  # type: ignore[no-any-return]
+
+    def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
+        """SET (NX for add), with the expiry as Redis's own absolute TTL."""
+        pxat = _pxat(expire_time)
+        done = self.call(lambda: self.client.set(name, data, pxat=pxat, nx=only_new))
+        return bool(done)
+
+    def delete(self, name: bytes) -> bool:
+        return bool(self.call(lambda: self.client.delete(name)))
+
+    def pop(self, name: bytes) -> bytes | None:
+        return self.call(lambda: self.client.getdel(name))  # type: ignore[no-any-return]
+
+    def touch(self, name: bytes, expire_time: float | None) -> bool:
+        pxat = _pxat(expire_time)
+        args = [expiry_header(expire_time), b"" if pxat is None else str(pxat).encode()]
+        return bool(self.call(lambda: self._touch(keys=[name], args=args)))
+
+    def compare_and_set(
+        self, name: bytes, old: bytes | None, new: bytes | None, expire_time: float | None
+    ) -> bool:
+        """Store `new` (None: delete the item) only if the item's stored form is still `old`
+        (None: still absent)."""
+        pxat = _pxat(expire_time)
+        args = [
+            old or b"", b"1" if old is None else b"0", new or b"",
+            b"" if pxat is None else str(pxat), b"1" if new is None else b"0",
+        ]
+        return bool(self.call(lambda: self._cas(keys=[name], args=args)))
+
+    # --- whole prefix -------------------------------------------------------------------------
+
+    def names(self) -> Iterator[bytes]:
+        """Every Redis name under the prefix (SCAN, on every primary of a cluster)."""
+        pattern = _glob_escape(self.prefix) + b"*"
+        if self.cluster:
+            nodes = self.call(lambda: self.client.get_primaries())
+            for node in nodes:
+                client = node.redis_connection
+                yield from self.call(
+                    lambda: list(client.scan_iter(match=pattern, count=_SCAN_COUNT))
+                )
+        else:
+            yield from self.call(
+                lambda: list(self.client.scan_iter(match=pattern, count=_SCAN_COUNT))
+            )
+
+    def delete_names(self, names: list[bytes]) -> int:
+        if not names:
+            return 0
+        if self.cluster:  # multi-key commands must stay within one slot: one DEL per key
+            return sum(self.call(lambda: self._each(names, lambda pipe, name: pipe.delete(name))))
+        return int(self.call(lambda: self.client.delete(*names)))
+
+    def evict_tag(self, names: list[bytes], tag: Any) -> int:
+        field = tag_field(tag)
+        return sum(
+            int(result)
+            for result in self.call(
+                lambda: self._each(
+                    names, lambda pipe, name: self._evict_tag(keys=[name], args=[field], client=pipe)
+                )
+            )
+        )
+
+    def _each(self, names: list[bytes], command: Callable[[Any, bytes], Any]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            command(pipe, name)
+        return pipe.execute()  # type: ignore[no-any-return]
+
+    # --- the listener's connections -----------------------------------------------------------
+
+    def primaries(self) -> list[redis.Redis]:
+        """A new RESP2 client per primary (one for a single server), for the listener."""
+        options = {
+            "socket_timeout": self.timeout, "socket_connect_timeout": self.timeout, "protocol": 2,
+        }
+        if not self.cluster:
+            return [redis.Redis.from_url(self._plain_url, **options)]
+        nodes = self.call(lambda: self.client.get_primaries())
+        parts = urlsplit(self._plain_url)
+        clients = []
+        for node in nodes:
+            credentials = parts.netloc.rpartition("@")[0]
+            netloc = f"{credentials}@" if credentials else ""
+            netloc += f"[{node.host}]:{node.port}" if ":" in node.host else f"{node.host}:{node.port}"
+            url = urlunsplit(parts._replace(netloc=netloc))
+            clients.append(redis.Redis.from_url(url, **options))
+        return clients
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except redis.exceptions.RedisError:
+            pass
+
+
+def _glob_escape(prefix: bytes) -> bytes:
+    out = bytearray()
+    for byte in prefix:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)
+
+
+def _translated(exc: Exception, url: str) -> Exception:
+    """The library's error for a redis-py error (the one place they are translated)."""
+    where = safe_url(url)
+    if isinstance(exc, redis.exceptions.AuthenticationError) or (
+        isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc)
+    ):
+        return RemoteError(f"remote {where}: authentication failed ({exc})")
+    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
+    if isinstance(exc, redis.exceptions.ClusterError):
+        return RemoteUnavailableError(f"remote cluster {where}: {exc}")
+    return RemoteError(f"remote {where}: {exc}")

@@ -1,0 +1,395 @@
+"""The remote tier: Redis as a cache's source of truth, the host's directory a near cache of it.
+
+A Cache opened with ``remote="redis://..."`` makes one `RemoteTier`, and its facade methods hand
+every item operation to it (see `Cache`); without ``remote`` this module is never imported. Writes go to
+Redis first and count as done when Redis acknowledged them; then this host's stamp of the item's
+bucket is bumped, so no process of the host serves an older copy (_remotewords.py). Reads go
+memory tier → this host's SQLite database → Redis, and a copy is served only while its stamp is
+unchanged and the listener's lease is valid (_listener.py keeps both true for other hosts'
+writes). What Redis answered is kept as a copy under the stamp read before asking it.
+
+Copies in the SQLite database are ordinary rows whose ``tag`` column holds their stamp (the real
+tag lives in Redis); the memory tier's entries are validated by the stamp words instead of the
+version words. Operations that cannot be done across hosts raise `RemoteUnsupportedError`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, NoReturn
+
+from . import _schema as sql
+from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
+from ._disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, Disk
+from ._errors import DiskCacheError, RemoteUnsupportedError
+from ._listener import ListenerThread, listener_for, release_listener
+from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
+from ._remote import RemoteStore, decode_item, encode_item, encode_key, stamp_hash
+from ._remotewords import RemoteWords
+from ._settings import REMOTE_DEFAULTS
+from ._store import MIN_WRITE_CHARGE, Store
+
+__all__ = ["RemoteTier"]
+
+_now = time.time
+_BATCH = 500  # names per pipeline in clear and evict
+_INT64 = 2**63
+
+
+class RemoteTier:
+    """One cache's remote: its Redis store, its stamps, its listener, its own memory tier."""
+
+    def __init__(
+        self, directory: str, store: Store, disk: Disk, native_numbers: bool,
+        code_only: dict[str, Any],
+    ) -> None:
+        options = {**REMOTE_DEFAULTS, **code_only}
+        self._directory = directory
+        self._store = store
+        self._disk = disk
+        self._native_numbers = native_numbers
+        self._max_staleness = float(options["max_staleness"])
+        self._remote = RemoteStore(
+            options["remote"], options["remote_prefix"].encode("utf-8"),
+            float(options["remote_timeout"]),
+        )
+        self._words = RemoteWords(directory)
+        self._stamps = self._words.words
+        self._lease = self._words.lease
+        self._memory: MemoryTier | None = None
+        self._listener: ListenerThread | None = listener_for(
+            directory, self._remote, self._words, self._max_staleness
+        )
+
+    def configure_memory(self, size_limit: int, item_limit: int) -> MemoryTier | None:
+        """This cache's memory tier, validated by the stamp words (see the module docstring)."""
+        if not size_limit or not item_limit:
+            self._memory = None
+        elif self._memory is None:
+            plain_keys = type(self._disk).put is Disk.put
+            self._memory = MemoryTier(
+                self._stamps, size_limit, item_limit, plain_keys, self._native_numbers,
+                self._disk.put,
+            )
+        else:
+            self._memory.set_limits(size_limit, item_limit)
+        return self._memory
+
+    @property
+    def url(self) -> str:
+        """The remote's URL."""
+        return self._remote.url
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool) -> Any:
+        """Return the value for `key`, or `default`; a copy on this host only while it is known
+        to be current (else Redis is asked). ``tag=True`` always asks Redis."""
+        memory = self._memory
+        if memory is not None and not (read or expire_time or tag):
+            kind = type(key)
+            if (kind is str or kind is bytes) and memory.plain_keys:
+                map_key: Any = key
+            else:
+                map_key = memory.key_for(key)
+            entry = memory.entries.get(map_key)
+            if entry is not None and self._stamps[entry.word] == entry.tag:
+                now = _now()
+                expires = entry.expire_time
+                if self._lease[0] > now and (expires is None or expires > now):
+                    memory.hits += 1
+                    try:
+                        memory.entries.move_to_end(map_key)
+                    except KeyError:  # evicted by another thread just now
+                        pass
+                    mode = entry.fetch_mode
+                    if mode is None:
+                        return entry.stored
+                    if mode is ABSENT:
+                        return default
+                    return self._disk.fetch(mode, None, entry.stored, False)
+        return self._get_below_memory(key, default, read, expire_time, tag)
+
+    def _get_below_memory(
+        self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool
+    ) -> Any:
+        disk = self._disk
+        db_key, raw = disk.put(key)
+        if type(db_key) is float and db_key != db_key:
+            check_key(db_key)  # NaN: a key no write accepts
+        name = encode_key(db_key, raw)
+        index = self._words.index(stamp_hash(name))
+        memory = self._memory
+        if memory is not None:
+            memory.misses += 1
+        now = _now()
+        if not tag and self._lease[0] > now:
+            found = self._local_copy(db_key, raw, index, read, now)
+            if found is not None:
+                value, expires = found
+                return shape(value, expires, None, expire_time, False)
+        self._check_listener()
+        stamp = self._stamps[index]  # before Redis is asked: a change after it bumps it
+        data = self._remote.get(self._remote.name(name))
+        item = None if data is None else decode_item(data)
+        if item is not None and item.expire_time is not None and item.expire_time <= _now():
+            item = None  # Redis's clock has not caught up with ours yet
+        if item is None:
+            if memory is not None and not (read or expire_time or tag):
+                map_key = memory.map_key(db_key, raw)
+                if map_key is not None:
+                    memory.store(map_key, None, ABSENT, index, stamp, None, db_key, raw)
+            return shape(default, None, None, expire_time, tag)
+        value = disk.fetch(item.mode, None, item.db_value, read)
+        if self._stamps[index] == stamp:
+            self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
+                       item.expire_time, index, stamp)
+        return shape(value, item.expire_time, item.tag, expire_time, tag)
+
+    def _local_copy(
+        self, db_key: Any, raw: Any, index: int, read: bool, now: float
+    ) -> tuple[Any, float | None] | None:
+        """This host's row for the key if its stamp is current: (value, expire_time)."""
+        stamp = self._stamps[index]
+        try:
+            rows = self._store.read(sql.SELECT_ITEM, (db_key, raw, now))
+        except DiskCacheError:
+            return None  # the local copy is only a shortcut
+        if not rows:
+            return None
+        mode, filename, db_value, expires, row_stamp = rows[0]
+        if row_stamp != stamp:
+            return None
+        try:
+            value = self._disk.fetch(mode, filename, db_value, read)
+        except FileNotFoundError:
+            return None  # replaced meanwhile
+        memory = self._memory
+        if memory is not None and not read and filename is None:
+            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+        return value, expires
+
+    def _remember(
+        self, db_key: Any, raw: Any, mode: int, db_value: Any, value: Any,
+        expires: float | None, index: int, stamp: int,
+    ) -> None:
+        memory = self._memory
+        assert memory is not None
+        map_key = memory.map_key(db_key, raw)
+        if map_key is None:
+            return
+        if memory.faithful and type(value) in IMMUTABLE_TYPES:
+            memory.store(map_key, value, None, index, stamp, expires, db_key, raw)
+        else:
+            memory.store(map_key, db_value, mode, index, stamp, expires, db_key, raw)
+
+    def _keep(
+        self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
+        expires: float | None, index: int, stamp: int,
+    ) -> None:
+        """Keep what Redis answered as this host's copy, under the stamp read before asking."""
+        disk = self._disk
+        inline = len(db_value) if type(db_value) in (bytes, str) else 0
+        filename = None
+        size = 0
+        if inline >= disk.min_file_size > 0:
+            plain = disk.fetch(mode, None, db_value, False) if read else value
+            size, mode, filename, db_value = disk.store(plain, False, key=key)
+        elif self._memory is not None and not read:
+            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+        charge = size or inline
+        params = (db_key, raw, _now(), expires, stamp, size, mode, filename, db_value)
+        try:
+            self._store.write(sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE))
+        except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
+            if filename is not None:
+                self._store.forget_new_file(filename)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def _serialize(self, key: Any, value: Any, read: bool) -> tuple[int, Any]:
+        """``(mode, inline value)`` of a value for Redis: never a value file."""
+        disk = self._disk
+        if read:
+            read_chunk = getattr(value, "read", None)
+            if read_chunk is None:
+                raise TypeError(f"read=True needs a binary file object, not {type(value).__name__}")
+            return MODE_BINARY, read_chunk()
+        if self._native_numbers:
+            kind = type(value)
+            if kind is bytes or kind is str or (kind is float and value == value) or (
+                kind is int and -_INT64 <= value < _INT64
+            ):
+                if kind is str:
+                    value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
+                return MODE_RAW, value
+            return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
+        size, mode, filename, db_value = disk.store(value, False, key=key)
+        if filename is None:
+            return mode, db_value
+        path = os.path.join(self._directory, filename)
+        try:
+            with open(path, "rb") as handle:
+                return mode, handle.read()
+        finally:
+            disk.remove(path)
+
+    def store_item(
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
+    ) -> bool:
+        """set and add: Redis first (SET, NX for add, the expiry as its TTL), then the stamp."""
+        db_key, raw = put_key(self._disk, key)
+        expires = None if expire is None else expire_at(_now(), expire)
+        if tag is not None:
+            check_tag(tag)
+        try:
+            mode, db_value = self._serialize(key, value, read)
+        except UnicodeEncodeError:
+            check_bindable("value", value)
+            raise
+        data = encode_item(mode, db_value, expires, tag)
+        name = encode_key(db_key, raw)
+        stored = self._remote.set(self._remote.name(name), data, expires, statement is sql.ADD)
+        if stored:
+            self._bump(name)
+        return stored
+
+    def _bump(self, name: bytes) -> None:
+        self._words.bump(self._words.index(stamp_hash(name)))
+
+    def _name(self, key: Any) -> tuple[bytes, bytes]:
+        db_key, raw = put_key(self._disk, key)
+        name = encode_key(db_key, raw)
+        return name, self._remote.name(name)
+
+    def touch(self, key: Any, expires: float | None) -> bool:
+        """Set a new expire time for `key` (in Redis, its TTL too); True when it was present."""
+        name, full = self._name(key)
+        touched = self._remote.touch(full, expires)
+        self._bump(name)
+        return touched
+
+    def delete(self, key: Any) -> bool:
+        """Remove `key` from Redis; True when it was there."""
+        name, full = self._name(key)
+        removed = self._remote.delete(full)
+        self._bump(name)
+        return removed
+
+    def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
+        """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
+        name, full = self._name(key)
+        data = self._remote.pop(full)
+        self._bump(name)
+        item = None if data is None else decode_item(data)
+        if item is None or (item.expire_time is not None and item.expire_time <= _now()):
+            return shape(default, None, None, expire_time, tag)
+        value = self._disk.fetch(item.mode, None, item.db_value, False)
+        return shape(value, item.expire_time, item.tag, expire_time, tag)
+
+    def update(self, key: Any, function: Callable[[Any], Any], default: Any) -> Any:
+        """Replace the value at `key` by ``function(value)``, atomically across hosts; return it.
+        A missing key starts from `default` (KeyError when None). Expiry and tag stay."""
+        if default is None:
+            default = ENOVAL
+
+        def replace(current: Any) -> tuple[Any, Any]:
+            if current is ENOVAL:
+                raise KeyError(key)
+            value = function(current)
+            return value, value
+
+        return self.change(key, replace, default, KEEP, KEEP)
+
+    def change(
+        self, key: Any, function: Callable[[Any], tuple[Any, Any]], default: Any,
+        expire: Any, tag: Any,
+    ) -> Any:
+        """Atomically across hosts: ``new, result = function(value or default)``; store `new`
+        (with `expire` seconds and `tag`, or the item's own for KEEP), delete the item for
+        DELETE, leave it for KEEP; return `result`. Compare-and-set in Redis, retried while
+        other writers get in between."""
+        name, full = self._name(key)
+        remote = self._remote
+        if tag is not KEEP and tag is not None:
+            check_tag(tag)
+        while True:
+            old = remote.get(full)
+            item = None if old is None else decode_item(old)
+            if item is not None and item.expire_time is not None and item.expire_time <= _now():
+                item = None  # expired: as missing, but compared against what is there
+            current = default if item is None else self._disk.fetch(
+                item.mode, None, item.db_value, False
+            )
+            value, result = function(current)
+            if value is KEEP:
+                return result
+            if value is DELETE:
+                new = None
+                expires = None
+            else:
+                if expire is KEEP:
+                    expires = None if item is None else item.expire_time
+                else:
+                    expires = None if expire is None else expire_at(_now(), expire)
+                keep_tag = None if item is None else item.tag
+                mode, db_value = self._serialize(key, value, False)
+                new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
+            if remote.compare_and_set(full, old, new, expires):
+                self._bump(name)
+                return result
+
+    # --- whole cache ----------------------------------------------------------------------------
+
+    def clear(self) -> int:
+        """Remove every item under the prefix from Redis; the count removed. Items written while
+        it runs may stay. (The facade then clears this host's copies.)"""
+        removed = self._each_batch(self._remote.delete_names)
+        self._words.renew_all()
+        return removed
+
+    def evict(self, tag: Any) -> int:
+        """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
+        check_tag(tag)
+        removed = self._each_batch(lambda names: self._remote.evict_tag(names, tag))
+        self._words.renew_all()
+        return removed
+
+    def _each_batch(self, action: Callable[[list[bytes]], int]) -> int:
+        total = 0
+        batch: list[bytes] = []
+        for name in self._remote.names():
+            batch.append(name)
+            if len(batch) >= _BATCH:
+                total += action(batch)
+                batch = []
+        return total + int(action(batch))
+
+    # --- what a remote cannot do ----------------------------------------------------------------
+
+    @staticmethod
+    def unsupported(what: str) -> NoReturn:
+        """Raise RemoteUnsupportedError for `what`, an operation that would be host-local."""
+        raise RemoteUnsupportedError(
+            f"{what} is not supported on a cache with a remote: it would act on this host's"
+            " copy only (see the 'Many hosts' documentation)"
+        )
+
+    # --- the listener ---------------------------------------------------------------------------
+
+    def _check_listener(self) -> None:
+        """A forked child (or a cache whose listener thread stopped) gets its own candidate."""
+        listener = self._listener
+        if listener is not None and (listener.pid != os.getpid() or not listener.is_alive()):
+            self._listener = listener_for(
+                self._directory, self._remote, self._words, self._max_staleness
+            )
+
+    def close(self) -> None:
+        """Close this tier's connections; the listener stops with the last cache of the
+        directory in this process (another process takes over)."""
+        listener, self._listener = self._listener, None
+        if listener is not None and listener.pid == os.getpid():
+            release_listener(listener)
+        self._remote.close()

@@ -1,0 +1,259 @@
+"""Real redis-server processes for the tests: a single server and a 3-primary Redis Cluster.
+
+Built on the benchmark harness's servers (benchmarks/servers.py): 127.0.0.1 only, free ports
+picked here, their own working directories, always stopped by the code that started them (and
+sent SIGTERM by the kernel if the test process dies first). Waits are bounded loops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import redis
+
+from benchmarks.servers import HOST, START_TIMEOUT, RedisServer, _die_with_parent, free_port
+
+__all__ = ["RedisTestCluster", "RedisTestServer", "redis_missing"]
+
+_CLUSTER_WAIT = 60.0
+
+
+def redis_missing() -> str | None:
+    """Why no redis-server can run here (None: it can)."""
+    return RedisServer.missing_reason()
+
+
+class RedisTestServer(RedisServer):
+    """A redis-server for one test: optional password, restart on the same port, pause."""
+
+    def __init__(self, password: str | None = None) -> None:
+        super().__init__()
+        self.password = password
+        self._keep_port = 0
+
+    def command(self) -> list[str]:
+        argv = super().command()
+        argv += ["--dir", str(self._workdir), "--dbfilename", "dump.rdb"]
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
+        return argv
+
+    @property
+    def url(self) -> str:
+        secret = f":{self.password}@" if self.password is not None else ""
+        return f"redis://{secret}{HOST}:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=10)
+
+    def _launch(self) -> None:
+        if not self._keep_port:
+            super()._launch()
+            return
+        # A restart: the same port and working directory (with the snapshot, if any).
+        self.port = self._keep_port
+        with open(os.path.join(str(self._workdir), "server.log"), "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self._workdir, start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            try:
+                if self.client().ping():
+                    return True
+            except redis.exceptions.AuthenticationError:
+                return True
+            except redis.exceptions.RedisError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def restart(self, keep_data: bool) -> None:
+        """Stop and start again on the same port: with its data (an RDB snapshot) or empty."""
+        if keep_data:
+            self.client().save()
+        else:
+            snapshot = os.path.join(str(self._workdir), "dump.rdb")
+            if os.path.exists(snapshot):
+                os.remove(snapshot)
+        self._halt()
+        self._keep_port = self.port
+        try:
+            self._launch()
+            if not self._wait_ready():
+                raise RuntimeError(f"redis-server did not restart: {self._log_tail()}")
+        finally:
+            self._keep_port = 0
+
+    def _halt(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL the server (the port closes; nothing is saved)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its connections but answers nothing (a hung host)."""
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
+
+class RedisTestCluster:
+    """A real Redis Cluster of three primaries on loopback (no replicas), slots split evenly."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._workdir = ""
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.ports[0]}/0?cluster=true"
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis(host=HOST, port=port, socket_timeout=10)
+
+    def __enter__(self) -> RedisTestCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed: apt-get install redis-server")
+        self._workdir = tempfile.mkdtemp(prefix="test-redis-cluster-")
+        for number in range(3):
+            port = free_port()
+            workdir = os.path.join(self._workdir, str(number))
+            os.mkdir(workdir)
+            argv = [
+                binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000", "--dir", workdir,
+            ]
+            with open(os.path.join(workdir, "server.log"), "wb") as log:
+                self.processes.append(subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    cwd=workdir, start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                ))
+            self.ports.append(port)
+        self._wait(lambda: all(self._answers(port) for port in self.ports), "start")
+        first = self.node(self.ports[0])
+        for port in self.ports[1:]:
+            first.execute_command("CLUSTER", "MEET", HOST, port)
+        share = 16384 // 3
+        ranges = [(0, share - 1), (share, 2 * share - 1), (2 * share, 16383)]
+        for port, (low, high) in zip(self.ports, ranges):
+            self.node(port).execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+        self._wait(self._healthy, "become healthy")
+
+    def _answers(self, port: int) -> bool:
+        try:
+            return bool(self.node(port).ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    def _healthy(self) -> bool:
+        try:
+            for port in self.ports:
+                info = self.node(port).execute_command("CLUSTER", "INFO")
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                if "cluster_state:ok" not in text or "cluster_known_nodes:3" not in text:
+                    return False
+            return True
+        except redis.exceptions.RedisError:
+            return False
+
+    def _wait(self, check: Any, what: str) -> None:
+        deadline = time.monotonic() + _CLUSTER_WAIT
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Redis Cluster did not {what} within {_CLUSTER_WAIT} s")
+
+    def node_id(self, port: int) -> str:
+        reply = self.node(port).execute_command("CLUSTER", "MYID")
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def owner(self, slot: int) -> int:
+        """The port of the primary that serves `slot`."""
+        for port in self.ports:
+            reply = self.node(port).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
+            del reply
+        slots = self.node(self.ports[0]).execute_command("CLUSTER", "SLOTS")
+        for entry in slots:
+            low, high, primary = entry[0], entry[1], entry[2]
+            if low <= slot <= high:
+                return int(primary[1])
+        raise LookupError(slot)
+
+    def move_slot(self, slot: int, to_port: int) -> None:
+        """Migrate `slot` and its keys to the primary on `to_port`, live (clients get MOVED)."""
+        source_port = self.owner(slot)
+        if source_port == to_port:
+            return
+        source, target = self.node(source_port), self.node(to_port)
+        source_id, target_id = self.node_id(source_port), self.node_id(to_port)
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        while True:
+            keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not keys:
+                break
+            source.execute_command("MIGRATE", HOST, to_port, "", 0, 10000, "KEYS", *keys)
+        for port in self.ports:
+            self.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        self._wait(lambda: all(
+            self._owner_seen_by(port, slot) == to_port for port in self.ports), "agree on a slot")
+
+    def _owner_seen_by(self, port: int, slot: int) -> int:
+        for entry in self.node(port).execute_command("CLUSTER", "SLOTS"):
+            if entry[0] <= slot <= entry[1]:
+                return int(entry[2][1])
+        return -1
+
+    def stop(self) -> None:
+        processes, self.processes = self.processes, []
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = ""

@@ -1,0 +1,620 @@
+"""The remote tier against a real redis-server: many simulated hosts (directories), each with its
+own processes, sharing one Redis as the source of truth (docs/remote.rst)."""
+
+from __future__ import annotations
+
+import bisect
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import diskcache_core
+from diskcache_core import (
+    Cache,
+    FanoutCache,
+    RemoteError,
+    RemoteUnavailableError,
+    RemoteUnsupportedError,
+)
+
+import remote_helpers as helpers
+from redis_servers import RedisTestCluster, RedisTestServer, redis_missing
+
+pytestmark = pytest.mark.skipif(
+    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
+)
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with RedisTestServer() as running:
+        yield running
+
+
+@pytest.fixture
+def url(server):
+    return server.url
+
+
+@pytest.fixture
+def prefix():
+    return f"test-{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def hosts(tmp_path, url, prefix):
+    """Open caches for simulated hosts: hosts(n) -> n caches on n directories."""
+    opened = []
+
+    def make(count=2, **options):
+        caches = [
+            Cache(str(tmp_path / f"host{len(opened) + number}"), remote=url, remote_prefix=prefix,
+                  **options)
+            for number in range(count)
+        ]
+        opened.extend(caches)
+        return caches
+
+    yield make
+    for cache in opened:
+        cache.close()
+
+
+def eventually(check, deadline=helpers.WAIT):
+    limit = time.monotonic() + deadline
+    while time.monotonic() < limit:
+        if check():
+            return
+        time.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
+# --- the API, across two hosts -------------------------------------------------------------------
+
+
+def test_set_get_across_hosts(hosts):
+    a, b = hosts()
+    assert a.set("k", "v1") is True
+    assert b.get("k") == "v1"
+    a.set("k", {"nested": [1, 2]})
+    eventually(lambda: b.get("k") == {"nested": [1, 2]})
+    assert b.get("missing", "dflt") == "dflt"
+    assert "k" in b and "missing" not in b
+
+
+def test_a_write_is_seen_at_once_by_its_own_host(hosts):
+    (a,) = hosts(1)
+    for value in range(50):
+        a.set("k", value)
+        assert a.get("k") == value  # read-your-writes: no wait for the listener
+    a.delete("k")
+    assert a.get("k") is None
+
+
+def test_keys_of_every_type_and_values_of_every_kind(hosts):
+    a, b = hosts()
+    items = {
+        "text": "déjà vu", b"bytes": b"\x00\xff", 7: 2**70, 1.5: 3.25, (1, "t"): [None, {1}],
+        "big": b"x" * 200_000, "bigtext": "y" * 100_000, "neg": -(2**63), "float": float("inf"),
+    }
+    for key, value in items.items():
+        a.set(key, value)
+    for key, value in items.items():
+        assert b.get(key) == value, key
+    assert b.get(1.0) is None and b.get(7.0) == 2**70  # 7 and 7.0 are one key, as in SQLite
+    handle = b.read("big")
+    assert handle.read() == b"x" * 200_000
+
+
+def test_add_expire_tag_touch_pop_delete(hosts):
+    a, b = hosts()
+    assert a.add("k", 1) is True
+    assert b.add("k", 2) is False
+    a.set("t", "value", expire=100, tag="group")
+    value, expires, tag = b.get("t", expire_time=True, tag=True)
+    assert value == "value" and tag == "group" and expires == pytest.approx(time.time() + 100, abs=5)
+    assert b.touch("t", 1000) is True and b.touch("nope", 1) is False
+    eventually(lambda: b.get("t", expire_time=True)[1] > time.time() + 500)
+    a.set("short", 1, expire=0.2)
+    eventually(lambda: b.get("short") is None)
+    assert a.pop("k", expire_time=True, tag=True) == (1, None, None)
+    assert b.pop("k", "gone") == "gone"
+    assert a.delete("t") is True and a.delete("t") is False
+    eventually(lambda: b.get("t") is None)
+
+
+def test_evict_and_clear_act_on_the_prefix_only(hosts, url, tmp_path):
+    a, b = hosts()
+    other = Cache(str(tmp_path / "other"), remote=url, remote_prefix=f"other-{uuid.uuid4().hex}:")
+    try:
+        for number in range(30):
+            a.set(number, number, tag="even" if number % 2 == 0 else "odd")
+        other.set(0, "kept")
+        assert b.evict("even") == 15
+        eventually(lambda: b.get(0) is None)
+        assert b.get(1) == 1
+        assert a.clear() == 15
+        eventually(lambda: b.get(1) is None)
+        assert other.get(0) == "kept"
+    finally:
+        other.clear()
+        other.close()
+
+
+def test_incr_decr_are_exact_beyond_64_bits(hosts):
+    a, b = hosts()
+    assert a.incr("n") == 1
+    assert b.incr("n", 2**64) == 2**64 + 1
+    assert a.decr("n", 1) == 2**64
+    with pytest.raises(KeyError):
+        a.incr("absent", default=None)
+    a.set("text", "x")
+    with pytest.raises(TypeError):
+        a.incr("text")
+
+
+def test_operations_that_would_stay_local_raise(hosts):
+    (a,) = hosts(1)
+    for call in (lambda: len(a), lambda: list(a), lambda: list(a.iterkeys()),
+                 lambda: a.push(1), lambda: a.pull(), lambda: a.peek(), lambda: a.peekitem(),
+                 lambda: a.transact().__enter__()):
+        with pytest.raises(RemoteUnsupportedError, match="not supported on a cache with a remote"):
+            call()
+
+
+def test_pickled_cache_keeps_its_remote(hosts):
+    (a,) = hosts(1)
+    a.set("k", "v")
+    clone = pickle.loads(pickle.dumps(a))
+    try:
+        assert clone.get("k") == "v" and clone.remote == a.remote
+    finally:
+        clone.close()
+
+
+def test_the_directory_is_not_a_plain_cache_any_more(hosts):
+    (a,) = hosts(1)
+    with pytest.raises(ValueError, match="near cache of a remote"):
+        Cache(a.directory)
+
+
+# --- bad configuration ---------------------------------------------------------------------------
+
+
+def test_bad_urls_fail_at_construction(tmp_path):
+    for bad in ("http://127.0.0.1:1/", "redis://127.0.0.1:notaport/0", "redis:///0", 42):
+        with pytest.raises((ValueError, TypeError)):
+            Cache(str(tmp_path / "c"), remote=bad)
+    with pytest.raises(ValueError, match="remote_prefix"):
+        Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", remote_prefix="")
+    with pytest.raises(ValueError, match="max_staleness"):
+        Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", max_staleness=-1)
+
+
+def test_unreachable_server_is_a_clear_error_at_first_use(tmp_path):
+    from benchmarks.servers import free_port
+
+    cache = Cache(str(tmp_path / "c"), remote=f"redis://127.0.0.1:{free_port()}/0", remote_timeout=1)
+    try:
+        with pytest.raises(RemoteUnavailableError, match="unreachable"):
+            cache.set("k", 1)
+        with pytest.raises(RemoteUnavailableError):
+            cache.get("k")
+    finally:
+        cache.close()
+
+
+def test_wrong_password_is_a_clear_error(tmp_path):
+    with RedisTestServer(password="right-secret") as guarded:
+        wrong = guarded.url.replace("right-secret", "wrong-secret")
+        cache = Cache(str(tmp_path / "c"), remote=wrong)
+        try:
+            with pytest.raises(RemoteError, match="authentication failed") as info:
+                cache.set("k", 1)
+            assert "wrong-secret" not in str(info.value)
+        finally:
+            cache.close()
+        good = Cache(str(tmp_path / "d"), remote=guarded.url)
+        try:
+            good.set("k", 1)
+            assert good.get("k") == 1
+        finally:
+            good.close()
+
+
+def test_no_redis_import_without_a_remote(tmp_path):
+    code = (
+        "import sys, diskcache_core as d;"
+        f"c = d.Cache({str(tmp_path / 'c')!r}); c.set('k', 1); c.get('k');"
+        f"f = d.FanoutCache({str(tmp_path / 'f')!r}); f.set('k', 1);"
+        "assert 'redis' not in sys.modules, 'redis imported';"
+        "assert 'diskcache_core._remotetier' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- many processes, many hosts --------------------------------------------------------------------
+
+
+def _run(processes):
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(helpers.WAIT * 4)
+        assert process.exitcode == 0, process
+
+
+@pytest.fixture
+def options(url, prefix):
+    return {"remote": url, "remote_prefix": prefix}
+
+
+def test_incr_totals_are_exact_across_hosts_and_processes(tmp_path, options):
+    results = SPAWN.Queue()
+    processes = [
+        SPAWN.Process(target=helpers.incr_many, args=(
+            str(tmp_path / f"host{number % 2}"), options, "counter", 100, results))
+        for number in range(4)
+    ]
+    _run(processes)
+    cache = Cache(str(tmp_path / "host0"), **options)
+    try:
+        assert cache.get("counter") == 400
+    finally:
+        cache.close()
+
+
+def test_add_has_a_single_winner_across_hosts(tmp_path, options):
+    results = SPAWN.Queue()
+    start = SPAWN.Event()
+    processes = [
+        SPAWN.Process(target=helpers.race_add, args=(
+            str(tmp_path / f"host{number % 3}"), options, "key", start, results))
+        for number in range(6)
+    ]
+    for process in processes:
+        process.start()
+    start.set()
+    for process in processes:
+        process.join(helpers.WAIT * 2)
+        assert process.exitcode == 0
+    outcomes = [results.get(timeout=helpers.WAIT) for _ in processes]
+    assert outcomes.count(True) == 1 and outcomes.count(False) == 5
+
+
+def test_another_process_of_a_host_sees_other_hosts_writes(tmp_path, options):
+    writer = Cache(str(tmp_path / "hostA"), **options)
+    local = Cache(str(tmp_path / "hostB"), **options)  # this process: host B's listener
+    try:
+        writer.set("k", "old")
+        helpers.wait_for_value(local, "k", "old")
+        ready = SPAWN.Event()
+        results = SPAWN.Queue()
+        reader = SPAWN.Process(target=helpers.reader_until, args=(
+            str(tmp_path / "hostB"), options, "k", "new", ready, results))
+        reader.start()
+        assert ready.wait(helpers.WAIT)
+        writer.set("k", "new")
+        assert results.get(timeout=helpers.WAIT * 2) == ("saw", "new")
+        reader.join(helpers.WAIT)
+        helpers.wait_for_value(local, "k", "new")
+    finally:
+        writer.close()
+        local.close()
+
+
+def test_killing_the_listener_hands_over_and_serves_nothing_stale(tmp_path, options):
+    writer = Cache(str(tmp_path / "hostA"), **options)
+    writer.set("k", "old")
+    ready = SPAWN.Event()
+    holder = SPAWN.Process(target=helpers.hold_listener, args=(
+        str(tmp_path / "hostB"), options, "k", ready))
+    holder.start()
+    try:
+        assert ready.wait(helpers.WAIT)
+        local = Cache(str(tmp_path / "hostB"), **options)  # a second process of host B
+        try:
+            assert local.get("k") == "old"
+            for _ in range(3):
+                local.get("k")  # served from host B's copies
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(helpers.WAIT)
+            writer.set("k", "new")  # while host B's listener is dead or being replaced
+            helpers.wait_for_value(local, "k", "new")
+            eventually(lambda: local._remote._listener.listening)  # this process took over
+            writer.set("k", "newer")
+            helpers.wait_for_value(local, "k", "newer")
+        finally:
+            local.close()
+    finally:
+        if holder.is_alive():
+            holder.kill()
+        writer.close()
+
+
+def test_staleness_is_bounded_across_hosts(tmp_path, options):
+    """Readers on host B never return a value older than one written (on host A) more than
+    BOUND seconds before the read began. BOUND is generous for loaded CI machines; the benchmark
+    (python -m benchmarks --hosts 3) measures the real delay."""
+    bound = 0.5
+    results = SPAWN.Queue()
+    done = SPAWN.Event()
+    count = 300
+    readers = [
+        SPAWN.Process(target=helpers.staleness_reader, args=(
+            str(tmp_path / "hostB"), options, "k", done, results))
+        for _ in range(2)
+    ]
+    writer = SPAWN.Process(target=helpers.staleness_writer, args=(
+        str(tmp_path / "hostA"), options, "k", count, done, results))
+    for process in readers:
+        process.start()
+    writer.start()
+    outputs = [results.get(timeout=helpers.WAIT * 4) for _ in range(3)]
+    for process in (*readers, writer):
+        process.join(helpers.WAIT)
+    (written,) = [data for kind, data in outputs if kind == "written"]
+    reads = [read for kind, data in outputs if kind == "reads" for read in data]
+    assert len(written) == count
+    returned_at = [returned for _, returned in written]
+    stale = checked = 0
+    for start, value in reads:
+        due = bisect.bisect_right(returned_at, start - bound)  # writes returned before start-bound
+        if due:
+            checked += 1
+            if value < written[due - 1][0]:
+                stale += 1
+    assert checked > 100, "too few reads overlapped the writes to check anything"
+    assert stale == 0, f"{stale} of {checked} reads older than the bound"
+
+
+# --- FanoutCache, Django, Flask ----------------------------------------------------------------------
+
+
+def test_fanout_cache_with_a_remote(tmp_path, options):
+    a = FanoutCache(str(tmp_path / "fa"), shards=4, **options)
+    b = FanoutCache(str(tmp_path / "fb"), shards=4, **options)
+    try:
+        for number in range(40):
+            assert a.set(number, number * 2) is True
+        assert [b.get(number) for number in range(40)] == [n * 2 for n in range(40)]
+        assert b.incr("n") == 1 and a.incr("n") == 2
+        a.delete(3)
+        eventually(lambda: b.get(3) is None)
+        with pytest.raises(RemoteUnsupportedError):
+            len(a)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_stopped_server_makes_writes_raise_and_fanout_give_up(tmp_path):
+    with RedisTestServer() as temporary:
+        options = {"remote": temporary.url, "remote_timeout": 0.5, "max_staleness": 0.3}
+        cache = Cache(str(tmp_path / "c"), **options)
+        fanout = FanoutCache(str(tmp_path / "f"), shards=2, **options)
+        try:
+            cache.set("k", "v")
+            fanout.set("k", "v")
+            eventually(lambda: cache._remote._words.lease_valid())
+            assert cache.get("k") == "v"
+            temporary.stop()
+            with pytest.raises(RemoteUnavailableError):
+                cache.set("k", "w")
+            assert fanout.set("k", "w") is False  # a give-up, counted
+            assert fanout.stats()[0] >= 0
+            # Local copies go on being served at most max_staleness: then reads fail.
+            eventually(lambda: not cache._remote._words.lease_valid(), deadline=5)
+            with pytest.raises(RemoteUnavailableError):
+                cache.get("k")
+            assert fanout.get("k", "default") == "default"
+        finally:
+            cache.close()
+            fanout.close()
+
+
+# --- recipes across hosts (each thread on its own host directory: only Redis is shared) ----------
+
+
+def _threads(count, body):
+    errors = []
+
+    def run(number):
+        try:
+            body(number)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(number,)) for number in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(helpers.WAIT * 2)
+    assert not errors, errors
+
+
+def test_lock_excludes_across_hosts(hosts):
+    caches = hosts(3)
+    inside = []
+    overlaps = []
+
+    def body(number):
+        lock = diskcache_core.Lock(caches[number], "lock", expire=30)
+        for _ in range(15):
+            with lock:
+                inside.append(number)
+                if len(inside) > 1:
+                    overlaps.append(list(inside))
+                time.sleep(0.001)
+                inside.remove(number)
+
+    _threads(3, body)
+    assert overlaps == []
+    assert not diskcache_core.Lock(caches[0], "lock").locked()
+
+
+def test_rlock_semaphore_averager_throttle_across_hosts(hosts):
+    a, b = hosts()
+    rlock = diskcache_core.RLock(a, "r")
+    assert rlock.acquire() and rlock.acquire()
+    other = []  # another thread (another owner), on host B
+    _threads(1, lambda _: other.append(diskcache_core.RLock(b, "r").acquire(blocking=False)))
+    assert other == [False]
+    rlock.release()
+    assert diskcache_core.RLock(b, "r").locked()
+    rlock.release()
+    assert not diskcache_core.RLock(b, "r").locked()
+
+    first = diskcache_core.BoundedSemaphore(a, "s", value=2)
+    second = diskcache_core.BoundedSemaphore(b, "s", value=2)
+    assert first.acquire(blocking=False) and second.acquire(blocking=False)
+    assert not second.acquire(blocking=False) and second.locked()
+    first.release()
+    assert second.acquire(blocking=False)
+
+    average = [diskcache_core.Averager(cache, "avg") for cache in (a, b)]
+    _threads(2, lambda number: [average[number].add(float(number)) for _ in range(20)])
+    assert average[0].get() == pytest.approx(0.5)
+
+    calls = []
+    clock = [1000.0]
+    for number, cache in enumerate((a, b)):
+        @diskcache_core.throttle(cache, 3, 60, name="t", time_func=lambda: clock[0],
+                                 sleep_func=lambda delay: clock.__setitem__(0, clock[0] + delay))
+        def call(number=number):
+            calls.append((number, clock[0]))
+        call()
+        call()
+    assert [when for _, when in calls[:3]] == [1000.0] * 3  # one bucket of 3 shared by both
+    assert calls[3][1] > 1000.0
+
+
+def test_memoize_stampede_single_flight_across_hosts(hosts):
+    caches = hosts(3)
+    computed = []
+
+    def body(number):
+        @diskcache_core.memoize_stampede(caches[number], expire=60, single_flight=True, name="f")
+        def slow(x):
+            computed.append(number)
+            time.sleep(0.3)
+            return x * 2
+
+        assert slow(21) == 42
+
+    _threads(3, body)
+    assert len(computed) == 1
+
+
+# --- Redis restarting, Redis Cluster ---------------------------------------------------------------
+
+
+def test_redis_restarting_empty_or_with_data(tmp_path):
+    with RedisTestServer() as restarting:
+        options = {"remote": restarting.url}
+        a = Cache(str(tmp_path / "a"), **options)
+        b = Cache(str(tmp_path / "b"), **options)
+        try:
+            a.set("kept", "v")
+            assert b.get("kept") == "v" and b.get("kept") == "v"  # a copy on host B
+            eventually(lambda: b._remote._words.lease_valid())
+            restarting.restart(keep_data=True)
+            eventually(lambda: b.get("kept") == "v" and b._remote._words.lease_valid())
+            a.set("kept", "after restart")
+            eventually(lambda: b.get("kept") == "after restart")
+            restarting.restart(keep_data=False)
+            # Redis lost everything: hosts drop what it no longer holds.
+            eventually(lambda: b.get("kept") is None)
+            assert a.get("kept") is None
+        finally:
+            a.close()
+            b.close()
+
+
+def test_redis_cluster_with_a_slot_moving(tmp_path):
+    import redis.cluster
+
+    with RedisTestCluster() as cluster:
+        options = {"remote": cluster.url, "remote_prefix": "c:"}
+        a = Cache(str(tmp_path / "a"), **options)
+        b = Cache(str(tmp_path / "b"), **options)
+        try:
+            for number in range(200):
+                a.set(f"key{number}", number)
+            assert [b.get(f"key{number}") for number in range(200)] == list(range(200))
+            assert a.incr("n") == 1 and b.incr("n") == 2
+            a.set("key7", "changed")
+            eventually(lambda: b.get("key7") == "changed")
+            slot = redis.cluster.key_slot(b"c:skey7")
+            source = cluster.owner(slot)
+            target = next(port for port in cluster.ports if port != source)
+            cluster.move_slot(slot, target)
+            assert cluster.owner(slot) == target
+            assert a.get("key7") == "changed" and b.get("key7") == "changed"
+            a.set("key7", "after the move")  # follows MOVED to the new owner
+            eventually(lambda: b.get("key7") == "after the move")
+            assert b.delete("key7") is True
+            eventually(lambda: a.get("key7") is None)
+            assert a.clear() == 200  # every primary scanned
+        finally:
+            a.close()
+            b.close()
+
+
+# --- Django and Flask with a remote ----------------------------------------------------------------
+
+
+def test_django_backend_with_a_remote(tmp_path, options):
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure()
+    from diskcache_core.contrib.django import DjangoCache
+
+    a = DjangoCache(str(tmp_path / "da"), {"OPTIONS": dict(options), "SHARDS": 2})
+    b = DjangoCache(str(tmp_path / "db"), {"OPTIONS": dict(options), "SHARDS": 2})
+    try:
+        a.set("k", "v", 60)
+        assert b.get("k") == "v"
+        assert a.set_many({"x": 1, "y": 2}) == []
+        assert b.get_many(["x", "y"]) == {"x": 1, "y": 2}
+        assert b.incr("x", 10) == 11
+        eventually(lambda: a.get("x") == 11)
+        a.delete_many(["x", "y"])
+        eventually(lambda: b.get("y") is None)
+        assert a.add("k", "other") is False
+    finally:
+        a.close()
+        b.close()
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="MAX_ENTRIES"):
+        DjangoCache(str(tmp_path / "dc"), {"OPTIONS": {**options, "MAX_ENTRIES": 10}})
+
+
+def test_flask_backend_with_a_remote(tmp_path, options):
+    from diskcache_core.contrib.flask import DiskCache
+
+    a = DiskCache(str(tmp_path / "fa"), **options)
+    b = DiskCache(str(tmp_path / "fb"), **options)
+    try:
+        assert a.set("k", "v") and b.get("k") == "v"
+        assert a.set_many({"x": 1, "y": 2}) == ["x", "y"]
+        assert b.get_many("x", "y") == [1, 2]
+        assert b.inc("x") == 2
+        a.delete_many("x", "y")
+        eventually(lambda: b.get("y") is None)
+        assert a.threshold == 0
+    finally:
+        a.close()
+        b.close()
