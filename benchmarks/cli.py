@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--run-timeout", type=float, default=1800.0, metavar="SECONDS",
                        help="time limit of one backend at one process count (default 1800)")
     where.add_argument("--quiet", action="store_true", help="no progress display on stderr")
+    many = parser.add_argument_group("many hosts (docs/remote.rst)")
+    many.add_argument("--hosts", type=int, metavar="N",
+                      help="instead: N simulated hosts (directories) sharing one Redis, each with"
+                      " --processes workers (default 4): our Cache with remote=, plain redis-py"
+                      " and Django's RedisCache; hit ratio, commands/op, invalidation delay")
     diff = parser.add_argument_group("comparing result files")
     diff.add_argument("--compare", nargs=2, metavar=("OLD.json", "NEW.json"),
                       help="compare two results.json files instead of running")
@@ -127,6 +132,25 @@ def workload_from(args: argparse.Namespace) -> Workload:
                     value_sizes=args.value_sizes, mix=args.mix, seed=args.seed)
 
 
+def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--hosts N``: see benchmarks/hosts.py."""
+    from . import hosts
+
+    if args.hosts < 1:
+        parser.error("--hosts must be at least 1")
+    rows = args.backends or list(hosts.ROWS)
+    unknown = sorted(set(rows) - set(hosts.ROWS))
+    if unknown:
+        parser.error(f"--hosts rows are {', '.join(hosts.ROWS)}; unknown: {', '.join(unknown)}")
+    try:
+        workload = workload_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    plots = not args.no_plots and importlib.util.find_spec("matplotlib") is not None
+    processes = (args.processes or [4])[0]
+    return hosts.main(args.hosts, processes, workload, args.output, plots, args.scratch, rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -134,6 +158,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _compare(args.compare[0], args.compare[1], args.threshold)
     if args.list_backends:
         return _list_backends()
+    if args.hosts is not None:
+        return _hosts(parser, args)
     try:
         workload = workload_from(args)
         specs = catalog.select(args.backends, django=args.django)

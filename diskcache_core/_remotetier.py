@@ -54,7 +54,7 @@ class RemoteTier:
             options["remote"], options["remote_prefix"].encode("utf-8"),
             float(options["remote_timeout"]),
         )
-        self._words = RemoteWords(directory)
+        self._words = RemoteWords(directory, self._remote.prefix)
         self._stamps = self._words.words
         self._lease = self._words.lease
         self._memory: MemoryTier | None = None
@@ -201,7 +201,12 @@ class RemoteTier:
         charge = size or inline
         params = (db_key, raw, _now(), expires, stamp, size, mode, filename, db_value)
         try:
-            self._store.write(sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE))
+            # One try for the write lock: a get never waits for another process's write to
+            # keep a copy (another reader of the host will keep it).
+            with self._store.transaction(timeout=0.0):
+                self._store.write(
+                    sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE)
+                )
         except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
             if filename is not None:
                 self._store.forget_new_file(filename)

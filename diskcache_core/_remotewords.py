@@ -25,6 +25,7 @@ import os
 import random
 import stat
 import time
+import zlib
 
 from ._errors import DatabaseError, storage_error
 
@@ -34,7 +35,7 @@ REMOTE_FILE = "cache.db-remote"
 BUCKETS = 1 << 16
 _MASK = BUCKETS - 1
 _MAGIC = 0x31524D5243434B44  # "DKCCRMR1"
-_HEADER_WORDS = 8  # magic, lease (double), listener pid, reserved
+_HEADER_WORDS = 8  # magic, lease (double), listener pid, prefix, reserved
 _SIZE = 8 * (_HEADER_WORDS + BUCKETS)
 LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
 
@@ -44,7 +45,7 @@ _random = random.Random(os.urandom(32))
 class RemoteWords:
     """This process's mapping of a directory's stamp file."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, prefix: bytes) -> None:
         path = os.path.join(directory, REMOTE_FILE)
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -67,6 +68,17 @@ class RemoteWords:
         self.path = path
         if self.words[0] != _MAGIC:
             self.words[0] = _MAGIC
+        # The prefix whose changes the listener hears: every cache of the directory must share
+        # it, or the copies of one would never hear of the other's changes.
+        owner = (zlib.crc32(prefix) << 1) | 1
+        if self.words[3] == 0:
+            self.words[3] = owner
+        elif self.words[3] != owner:
+            self.close()
+            raise ValueError(
+                f"{directory!r} is the near cache of another remote_prefix than {prefix!r}:"
+                " every cache of a directory must use the same remote_prefix"
+            )
 
     @staticmethod
     def index(code: int) -> int:

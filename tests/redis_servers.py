@@ -152,22 +152,16 @@ class RedisTestCluster:
             raise RuntimeError("redis-server is not installed: apt-get install redis-server")
         self._workdir = tempfile.mkdtemp(prefix="test-redis-cluster-")
         for number in range(3):
-            port = free_port()
-            workdir = os.path.join(self._workdir, str(number))
-            os.mkdir(workdir)
-            argv = [
-                binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000", "--dir", workdir,
-            ]
-            with open(os.path.join(workdir, "server.log"), "wb") as log:
-                self.processes.append(subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    cwd=workdir, start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-                ))
+            for _attempt in range(5):  # a free port may be taken by someone else meanwhile
+                port, process = self._launch(binary, number)
+                if self._wait_answer(port, process):
+                    break
+                process.kill()
+                process.wait(timeout=10)
+            else:
+                raise RuntimeError(f"cluster node {number} did not start")
             self.ports.append(port)
-        self._wait(lambda: all(self._answers(port) for port in self.ports), "start")
+            self.processes.append(process)
         first = self.node(self.ports[0])
         for port in self.ports[1:]:
             first.execute_command("CLUSTER", "MEET", HOST, port)
@@ -176,6 +170,31 @@ class RedisTestCluster:
         for port, (low, high) in zip(self.ports, ranges):
             self.node(port).execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
         self._wait(self._healthy, "become healthy")
+
+    def _launch(self, binary: str, number: int) -> tuple[int, subprocess.Popen[bytes]]:
+        port = free_port()
+        workdir = os.path.join(self._workdir, f"{number}-{port}")
+        os.mkdir(workdir)
+        argv = [
+            binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "5000", "--dir", workdir,
+        ]
+        with open(os.path.join(workdir, "server.log"), "wb") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=workdir, start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        return port, process
+
+    def _wait_answer(self, port: int, process: subprocess.Popen[bytes]) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline and process.poll() is None:
+            if self._answers(port):
+                return True
+            time.sleep(0.05)
+        return False
 
     def _answers(self, port: int) -> bool:
         try:
