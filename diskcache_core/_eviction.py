@@ -204,25 +204,31 @@ class Evictor:
                 if over:
                     batch = self.access.take()
                     self.access.write(state.con, batch)
-                    over = self._evict_until_within(state, delete, volume)
+                    over = self._evict_until_within(state, delete, volume, budget)
         except Timeout:
             return  # busy: the write itself succeeded; check again on a later write
         if over:
             store.unchecked = store.check_every  # still over: check again on the next write
 
-    def _evict_until_within(self, state: ThreadState, delete: str, volume: int) -> bool:
-        """Evict up to cull_limit victims in policy order, stopping as soon as the volume is
-        within size_limit; True while still over.
+    def _evict_until_within(
+        self, state: ThreadState, delete: str, volume: int, budget: int
+    ) -> bool:
+        """Evict victims in policy order, stopping as soon as the volume is within size_limit;
+        True while still over.
 
         One victim at a time while each removal lowers the volume (value files), so a small
         cache — a FanoutCache shard holds a fraction of the limit — never evicts the item just
-        written along with older ones; the rest in one statement once a removal frees nothing
-        (inline rows free database pages only when a page empties).
+        written along with older ones. Once a removal frees nothing (inline rows free database
+        pages only when a page empties), the rest of the budget goes in one statement: up to
+        cull_limit victims for each write since the last check (`budget`, as python-diskcache
+        culls up to cull_limit per write), so that one check of a cache of small items buys a
+        whole check interval instead of finding it still over on the next write.
         """
         cull_limit, size_limit = self.settings.cull_limit, self.settings.size_limit
+        limit = max(cull_limit, budget)
         removed = 0
         step = 1
-        while removed < cull_limit:
+        while removed < limit:
             count = state.execute(delete, (step,)).rowcount
             if count <= 0:
                 break
@@ -231,9 +237,19 @@ class Evictor:
             if after <= size_limit:
                 return False
             if after >= volume:
-                step = cull_limit - removed
+                step = min(limit - removed, self._rows_to_free(state, after))
             volume = after
         return True
+
+    def _rows_to_free(self, state: ThreadState, volume: int) -> int:
+        """How many average rows make up the overshoot plus one check interval (all of the
+        budget where the database keeps no item count)."""
+        rows = state.execute(sql.STORED_COUNT).fetchall()
+        count = int(rows[0][0]) if rows and rows[0][0] else 0
+        if count <= 0:
+            return 1 << 62
+        excess = volume - self.settings.size_limit + self.store.check_every
+        return max(1, -(-excess * count // volume))
 
     @staticmethod
     def _volume(state: ThreadState) -> int:

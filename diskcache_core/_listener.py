@@ -44,6 +44,7 @@ _ELECTION_POLL = 0.025
 _RENEW = LEASE / 4
 _PING_EVERY = 0.25
 _RETRY_PAUSE = 0.2
+_MAX_PAUSE = 10.0  # the longest wait before restarting a listener process that keeps dying
 # After reading changes, wait this long before reading again: under a stream of writes the
 # listener then wakes once per batch instead of once per change (each wake costs tens of us of
 # CPU in the process it runs in); a change is read at most this much later. Measured: 90 us
@@ -220,7 +221,9 @@ class ListenerThread(threading.Thread):
             "prefix": self._remote.prefix.decode("utf-8"), "timeout": self._remote.timeout,
             "max_staleness": self._max_staleness, "parent": os.getpid(),
         }).encode()
+        pause = _RETRY_PAUSE
         while not self._stop_event.is_set():
+            started = time.monotonic()
             child = subprocess.Popen(
                 [sys.executable, "-m", "diskcache_core._listener"], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, close_fds=True,
@@ -242,8 +245,13 @@ class ListenerThread(threading.Thread):
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            # It died: start another after a pause, longer each time it dies young (say, when
+            # sys.executable cannot run it), so as not to spawn processes in a loop.
+            pause = _RETRY_PAUSE if time.monotonic() - started > _MAX_PAUSE else min(
+                pause * 2, _MAX_PAUSE
+            )
             if not self._stop_event.is_set():
-                self._stop_event.wait(_RETRY_PAUSE)  # it died: start another after a pause
+                self._stop_event.wait(pause)
 
 
 # One candidate per directory in this process, shared by the caches that use it.

@@ -340,3 +340,23 @@ def test_policies_added_to_eviction_policy_are_used(tmp_path, custom_policies):
 def test_an_unknown_policy_is_still_refused(tmp_path):
     with pytest.raises(ValueError, match='eviction_policy'):
         dc.Cache(str(tmp_path / 'c'), eviction_policy='most-recently-stored')
+
+
+def test_small_items_at_the_limit_are_culled_an_interval_at_a_time(tmp_path):
+    """Deleting a few small inline rows frees few whole pages: the size check sizes its batch
+    from the overshoot and the average row, so one check buys a check interval instead of
+    finding the cache still over on the next write (which made every write cull)."""
+    limit = 4 * 2**20
+    cache = dc.Cache(str(tmp_path / 'c'), size_limit=limit)
+    value = b'x' * 1000
+    for number in range(8000):
+        cache.set(number, value)
+    still_over = 0
+    for number in range(8000, 8500):
+        cache.set(number, value)
+        if cache._store.unchecked >= cache._store.check_every:
+            still_over += 1
+        assert cache.volume() <= limit + 2 * cache._store.check_every
+    assert still_over <= 5
+    assert len(cache) > 2500  # evicted about what was over, not everything
+    cache.close()
