@@ -10,8 +10,9 @@ measured on the same workload (the harness's get/set/delete mix, keys and values
 - ``django-core-remote``: our Django backend with ``OPTIONS={"remote": url}``.
 
 Reported per row: get/set/delete latency percentiles; Redis commands per operation (from
-``INFO commandstats`` before and after the row); for ours, the local hit ratio (gets answered
-without a Redis command: 1 - Redis reads / gets). Then the invalidation delay: a process of host
+``INFO commandstats`` before and after the row: every client's, our listeners' and refreshers'
+included); for ours, the local hit ratio (the share of the workers' gets answered without a
+Redis read: 1 - reads the workers sent / gets, counted in the workers). Then the invalidation delay: a process of host
 A writes a fresh value and notes when the write returned; a process of host B polls the key and
 notes when it first reads that value (both on CLOCK_MONOTONIC, shared by the machine's
 processes). The goals are printed next to the figures, met or not.
@@ -45,12 +46,13 @@ _DELAY_WRITES = 300
 
 
 def _open(row: str, directory: str, url: str) -> Any:
-    """(get, set, delete, close) callables of one row's client in this process."""
+    """(get, set, delete, close, caches) of one row's client in this process; `caches`: our
+    Cache objects underneath (none for the rows without this library)."""
     if row == "core-remote":
         import diskcache_core
 
         cache = diskcache_core.Cache(directory, remote=url, remote_prefix="bench:")
-        return cache.get, cache.set, cache.delete, cache.close
+        return cache.get, cache.set, cache.delete, cache.close, [cache]
     if row == "redis-py":
         import redis
 
@@ -63,7 +65,7 @@ def _open(row: str, directory: str, url: str) -> Any:
         def set_(key: bytes, value: bytes) -> Any:
             return client.set(b"plain:" + key, pickle.dumps(value))
 
-        return get, set_, lambda key: client.delete(b"plain:" + key), client.close
+        return get, set_, lambda key: client.delete(b"plain:" + key), client.close, []
     from django.conf import settings
 
     config: dict[str, Any]
@@ -76,27 +78,60 @@ def _open(row: str, directory: str, url: str) -> Any:
     settings.configure(CACHES={"default": config})
     from django.core.cache import cache as django_cache
 
+    caches = list(django_cache.fanout._shards) if row == "django-core-remote" else []
     return (lambda key: django_cache.get(key.decode()),
             lambda key, value: django_cache.set(key.decode(), value),
             lambda key: django_cache.delete(key.decode()),
-            django_cache.close)
+            django_cache.close, caches)
+
+
+def _wait_listening(caches: list[Any], limit: float = 120.0) -> None:
+    """Wait (bounded) until the listener of each cache's host directory has subscribed, so the
+    clock does not start while every get must still ask Redis."""
+    deadline = time.monotonic() + limit
+    for cache in caches:
+        words = cache._remote._words
+        while not words.lease_valid() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def _prefill(row: str, directory: str, url: str, workload: Workload) -> None:
     """Store every key of the range before the clock starts, as the harness does."""
-    _, set_, _, close = _open(row, directory, url)
+    _, set_, _, close, _ = _open(row, directory, url)
     for key, value in initial_items(workload):
         set_(key, value)
     close()
 
 
+def _count_remote_reads() -> list[int]:
+    """Count the reads this process's caches send to Redis: ``[count]``, kept up to date.
+
+    Counted here rather than from Redis's INFO: the listener's refresher (in its own process)
+    also reads from Redis, to renew copies, and its reads are not gets the workers waited for.
+    They still show in the row's Redis commands per operation."""
+    from diskcache_core import _remote
+
+    counter = [0]
+    plain_get = _remote.RemoteStore.get
+
+    def counting_get(self: Any, name: bytes) -> Any:
+        counter[0] += 1
+        return plain_get(self, name)
+
+    _remote.RemoteStore.get = counting_get  # type: ignore[method-assign]
+    return counter
+
+
 def _worker(row: str, directory: str, url: str, workload: Workload, index: int,
-            start: Any, results: Any) -> None:
-    get, set_, delete, close = _open(row, directory, url)
+            ready: Any, start: Any, results: Any) -> None:
+    remote_reads = _count_remote_reads() if "core" in row else None
+    get, set_, delete, close, caches = _open(row, directory, url)
     plan = plan_operations(workload, index)
     timings: dict[str, list[int]] = {"get": [], "set": [], "delete": []}
     clock = time.perf_counter_ns
-    start.wait(60)
+    _wait_listening(caches)
+    ready.put(index)
+    start.wait(300)
     for number, (action, key, value) in enumerate(plan):
         begin = clock()
         if action == GET:
@@ -110,7 +145,7 @@ def _worker(row: str, directory: str, url: str, workload: Workload, index: int,
             timings[("get", "set", "delete")[action]].append(elapsed)
     close()
     all_gets = sum(1 for action, _, _ in plan if action == GET)
-    results.put((timings, all_gets, len(plan)))
+    results.put((timings, all_gets, len(plan), None if remote_reads is None else remote_reads[0]))
 
 
 def _writer(directory: str, url: str, key: str, count: int, start: Any, results: Any) -> None:
@@ -242,30 +277,40 @@ def _run_row(row: str, run: HostsRun, url: str, scratch: str, context: Any) -> R
     prefill.join(600)
     before = _command_counts(url)
     start = context.Event()
-    results = context.Queue()
+    ready, results = context.Queue(), context.Queue()
     workers = [
         context.Process(target=_worker, args=(
-            row, directories[number % run.hosts], url, run.workload, number, start, results))
+            row, directories[number % run.hosts], url, run.workload, number, ready, start,
+            results))
         for number in range(run.hosts * run.processes)
     ]
     for worker in workers:
         worker.start()
-    time.sleep(2.0)  # let every worker open its cache (and a listener be elected per host)
+    # Every worker has opened its cache and its host's listener has subscribed.
+    _collect(ready, workers, len(workers), limit=300.0)
+    time.sleep(0.5)  # and the start-up work of the processes has settled
     start.set()
     timings: dict[str, list[int]] = {"get": [], "set": [], "delete": []}
-    gets = operations = 0
-    for worker_timings, worker_gets, worker_operations in _collect(results, workers, len(workers)):
+    gets = operations = counted_reads = 0
+    counted = False
+    for worker_timings, worker_gets, worker_operations, worker_reads in _collect(
+        results, workers, len(workers)
+    ):
         for action, values in worker_timings.items():
             timings[action].extend(values)
         gets += worker_gets
         operations += worker_operations
+        if worker_reads is not None:
+            counted = True
+            counted_reads += worker_reads
     for worker in workers:
         worker.join(60)
     after = _command_counts(url)
-    # Commands and Redis reads are counted over every operation, the warmup's included.
+    # Commands and Redis reads are counted over every operation, the warmup's included; our
+    # rows' reads are those the workers sent (_count_remote_reads), the others' Redis's count.
     return RowResult(
         row, {action: _summarize(values) for action, values in timings.items()},
-        operations, gets, after[0] - before[0], after[1] - before[1],
+        operations, gets, after[0] - before[0], counted_reads if counted else after[1] - before[1],
     )
 
 

@@ -5,8 +5,8 @@ prefix (``CLIENT TRACKING ON REDIRECT <id> BCAST PREFIX <prefix>``): Redis itsel
 change to a name under the prefix — writes by any client, expiry, eviction under ``maxmemory``,
 ``FLUSHDB`` — on the ``__redis__:invalidate`` channel of a subscribed connection, and asks no extra
 command of writers. (Explicit publishing by writers would cost a command per write and would miss
-expiry, eviction and other clients.) The price is that a host also hears of its own writes, and
-drops its copies of items it just wrote: a write is followed by one read from Redis per host.
+expiry, eviction and other clients.) A host also hears of its own writes. After each batch, the
+names it bumped are handed to the refresher (_listenerchild.py), which renews the host's copies.
 
 Election: every process using the directory runs a `ListenerThread`, which tries to take an
 exclusive ``flock`` on ``cache.db-remote.lock``. The one that has it listens; the others retry
@@ -23,12 +23,10 @@ is cleared at once, and listening starts over (with renewed stamps) after a paus
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -38,7 +36,7 @@ from typing import Any, Callable
 from ._remote import RemoteStore, stamp_hash
 from ._remotewords import LEASE, RemoteWords
 
-__all__ = ["ListenerThread", "listener_for"]
+__all__ = ["Listener", "ListenerThread", "listener_for", "release_listener", "stop_electing"]
 
 _ELECTION_POLL = 0.025
 _RENEW = LEASE / 4
@@ -99,12 +97,16 @@ class Listener:
 
     def __init__(
         self, remote: RemoteStore, words: RemoteWords, max_staleness: float,
-        stopped: Callable[[], bool],
+        stopped: Callable[[], bool], changed: Callable[[list[bytes]], None] | None = None,
     ) -> None:
         self._remote = remote
         self._words = words
         self._max_staleness = max_staleness
         self._stopped = stopped
+        # Told the names (without prefix) of each batch of changes once their stamps are
+        # bumped: the refresher (_listenerchild.py) renews the host's copies of them.
+        self._changed = changed
+        self._names: list[bytes] = []
 
     def run(self) -> None:
         """Listen until stopped, starting over after any connection error."""
@@ -133,6 +135,10 @@ class Listener:
                 while node.subscriber.can_read(timeout=0):
                     self._apply(node.subscriber.read_response())
                     handled += 1
+            if self._names:
+                names, self._names = self._names, []
+                if self._changed is not None:
+                    self._changed(names)
             now = time.time()
             if now - pinged >= _PING_EVERY:
                 for node in nodes:
@@ -156,21 +162,25 @@ class Listener:
             return
         skip = len(self._remote.prefix)
         for name in names:
-            words.bump(words.index(stamp_hash(name[skip:])))
+            name = name[skip:]
+            words.bump(words.index(stamp_hash(name)))
+            self._names.append(name)
 
 
 class ListenerThread(threading.Thread):
     """This process's candidate for listener of one directory: it competes for the lock, and
-    while it holds it, runs the listener in a child process of its own (`main`), restarted if
-    it dies. A process of its own: in the caller's process the listener would wait for the GIL
-    behind the application's threads (up to the 5 ms switch interval per change), and the
-    application behind it."""
+    while it holds it, runs the listener in a child process of its own (_listenerchild.py),
+    restarted if it dies. A process of its own: in the caller's process the listener would wait
+    for the GIL behind the application's threads (up to the 5 ms switch interval per change),
+    and the application behind it."""
 
     def __init__(
-        self, directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float
+        self, directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float,
+        refresh: bool,
     ) -> None:
         super().__init__(name=f"diskcache_core listener {directory}", daemon=True)
         self._directory = directory
+        self._refresh = refresh
         self._lock_path = os.path.join(directory, LOCK_FILE)
         self._remote = remote
         self._words = words
@@ -219,13 +229,14 @@ class ListenerThread(threading.Thread):
         config = json.dumps({
             "directory": self._directory, "url": self._remote.url,
             "prefix": self._remote.prefix.decode("utf-8"), "timeout": self._remote.timeout,
-            "max_staleness": self._max_staleness, "parent": os.getpid(),
+            "max_staleness": self._max_staleness, "refresh": self._refresh,
+            "parent": os.getpid(),
         }).encode()
         pause = _RETRY_PAUSE
         while not self._stop_event.is_set():
             started = time.monotonic()
             child = subprocess.Popen(
-                [sys.executable, "-m", "diskcache_core._listener"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "diskcache_core._listenerchild"], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, close_fds=True,
             )
             self.child = child
@@ -257,17 +268,26 @@ class ListenerThread(threading.Thread):
 # One candidate per directory in this process, shared by the caches that use it.
 _threads: dict[str, ListenerThread] = {}
 _threads_lock = threading.Lock()
+_electing = [True]  # False in the listener process itself: its cache takes no part
+
+
+def stop_electing() -> None:
+    """This process never competes to listen (the listener process, for its own cache)."""
+    _electing[0] = False
 
 
 def listener_for(
-    directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float
-) -> ListenerThread:
+    directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float,
+    refresh: bool,
+) -> ListenerThread | None:
     """This process's listener candidate for `directory`, started if need be; one more user."""
+    if not _electing[0]:
+        return None
     key = os.path.realpath(directory)
     with _threads_lock:
         thread = _threads.get(key)
         if thread is None or thread.pid != os.getpid() or not thread.is_alive():
-            thread = ListenerThread(directory, remote, words, max_staleness)
+            thread = ListenerThread(directory, remote, words, max_staleness, refresh)
             thread.start()
             _threads[key] = thread
         thread.users += 1
@@ -303,32 +323,3 @@ def _forget_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def main() -> int:
-    """``python -m diskcache_core._listener``: the listener process (config on stdin). It ends
-    with its parent: SIGTERM on the parent's death (Linux), else when it sees it has gone."""
-    config = json.loads(sys.stdin.buffer.read())
-    parent = int(config["parent"])
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:
-        return 0  # the parent died before the death signal was armed
-    try:
-        # Ahead of the busy processes it serves, where allowed (root, or CAP_SYS_NICE): a
-        # listener kept off the CPU past its lease makes every process of the host read Redis.
-        os.setpriority(os.PRIO_PROCESS, 0, -5)
-    except (OSError, AttributeError):
-        pass
-    prefix = config["prefix"].encode("utf-8")
-    remote = RemoteStore(config["url"], prefix, float(config["timeout"]))
-    words = RemoteWords(config["directory"], prefix)
-    Listener(remote, words, float(config["max_staleness"]), lambda: os.getppid() != parent).run()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

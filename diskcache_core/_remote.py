@@ -25,7 +25,9 @@ import redis.exceptions
 from ._errors import RemoteError, RemoteUnavailableError
 from ._urls import check_remote_url, safe_url
 
-__all__ = ["Item", "RemoteStore", "decode_item", "encode_item", "encode_key", "stamp_hash"]
+__all__ = [
+    "Item", "RemoteStore", "decode_item", "decode_key", "encode_item", "encode_key", "stamp_hash",
+]
 
 _FORMAT = 1
 # version, mode, body kind, expire_time (big-endian double, NaN: none), tag length
@@ -72,12 +74,18 @@ class Item(NamedTuple):
 
 
 def _split_cluster(url: str) -> tuple[str, bool]:
+    """The URL without its ``cluster`` option, and whether that option asked for a cluster."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     cluster = [value for name, value in query if name == "cluster"]
+    if not cluster:
+        return url, False
     rest = [(name, value) for name, value in query if name != "cluster"]
-    wanted = bool(cluster) and cluster[-1].lower() in ("1", "true", "yes", "on")
-    return urlunsplit(parts._replace(query=urlencode(rest))), wanted
+    wanted = cluster[-1].lower() in ("1", "true", "yes", "on")
+    plain = urlunsplit(parts._replace(query=urlencode(rest)))
+    if not parts.netloc:  # unix:///path: urlunsplit would drop the empty authority's "//"
+        plain = plain.replace(f"{parts.scheme}:", f"{parts.scheme}://", 1)
+    return plain, wanted
 
 
 def encode_key(db_key: Any, raw: bool) -> bytes:
@@ -100,6 +108,25 @@ def encode_key(db_key: Any, raw: bool) -> bytes:
     if kind is int:
         return b"i%d" % db_key
     return b"f" + repr(db_key).encode()
+
+
+def decode_key(name: bytes) -> tuple[Any, bool] | None:
+    """The database key and raw flag of a name made by `encode_key` (None: not one of ours)."""
+    mark, body = name[:1], name[1:]
+    try:
+        if mark == b"s":
+            return body.decode("utf-8"), True
+        if mark == b"b":
+            return body, True
+        if mark == b"i":
+            return int(body), True
+        if mark == b"f":
+            return float(body), True
+    except ValueError:  # UnicodeDecodeError included: written by someone else
+        return None
+    if mark == b"p":
+        return body, False
+    return None
 
 
 def _encode_tag(tag: Any) -> bytes:
@@ -232,6 +259,10 @@ class RemoteStore:
 
     def get(self, name: bytes) -> bytes | None:
         return self.call(lambda: self.client.get(name))  # type: ignore[no-any-return]
+
+    def get_many(self, names: list[bytes]) -> list[bytes | None]:
+        """GET of each name in one round trip (a pipeline: names may be in different slots)."""
+        return self.call(lambda: self._each(names, lambda pipe, name: pipe.get(name)))
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""

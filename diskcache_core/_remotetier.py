@@ -25,7 +25,7 @@ from ._disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, Dis
 from ._errors import DiskCacheError, RemoteUnsupportedError
 from ._listener import ListenerThread, listener_for, release_listener
 from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
-from ._remote import RemoteStore, decode_item, encode_item, encode_key, stamp_hash
+from ._remote import RemoteStore, decode_item, decode_key, encode_item, encode_key, stamp_hash
 from ._remotewords import RemoteWords
 from ._settings import REMOTE_DEFAULTS
 from ._store import MIN_WRITE_CHARGE, Store
@@ -35,6 +35,7 @@ __all__ = ["RemoteTier"]
 _now = time.time
 _BATCH = 500  # names per pipeline in clear and evict
 _INT64 = 2**63
+_REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
 
 
 class RemoteTier:
@@ -58,8 +59,9 @@ class RemoteTier:
         self._stamps = self._words.words
         self._lease = self._words.lease
         self._memory: MemoryTier | None = None
+        self._refresh = bool(options["remote_refresh"])
         self._listener: ListenerThread | None = listener_for(
-            directory, self._remote, self._words, self._max_staleness
+            directory, self._remote, self._words, self._max_staleness, self._refresh
         )
 
     def configure_memory(self, size_limit: int, item_limit: int) -> MemoryTier | None:
@@ -210,6 +212,49 @@ class RemoteTier:
         except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
             if filename is not None:
                 self._store.forget_new_file(filename)
+
+    def refresh(self, names: list[bytes]) -> int:
+        """Renew this host's copies of items that just changed in Redis; how many were renewed.
+
+        Called by the listener's refresher (_listener.py) after it bumped the stamps of `names`
+        (Redis names without the prefix): for each item this host holds a row of, the new value
+        is read from Redis (one pipeline) and kept under the stamp read before asking, exactly
+        as a reader's fill keeps it, so a change after the read makes the copy unservable
+        again. Without it, every write costs each host that holds the item a read from Redis
+        on its next get; with it, the next get is answered here. Only inline values are
+        renewed (a large value waits for a reader); a busy lock is waited for briefly.
+        """
+        store = self._store
+        held: list[tuple[Any, bool, bytes, int]] = []
+        for name in dict.fromkeys(names):
+            decoded = decode_key(name)
+            if decoded is None:
+                continue
+            db_key, raw = decoded
+            if store.read(sql.SELECT_HELD, (db_key, raw)):
+                held.append((db_key, raw, name, self._words.index(stamp_hash(name))))
+        if not held:
+            return 0
+        stamps = [self._stamps[index] for _, _, _, index in held]  # before Redis is asked
+        found = self._remote.get_many([self._remote.name(name) for _, _, name, _ in held])
+        limit = self._disk.min_file_size
+        now = _now()
+        renewed = 0
+        with store.transaction(timeout=_REFRESH_WAIT):
+            for (db_key, raw, _, index), stamp, data in zip(held, stamps, found):
+                if data is None or self._stamps[index] != stamp:
+                    continue  # gone from Redis, or changed again: the next reader asks Redis
+                item = decode_item(data)
+                db_value = item.db_value
+                inline = len(db_value) if type(db_value) in (bytes, str) else 0
+                if (item.expire_time is not None and item.expire_time <= now) or (
+                    inline >= limit > 0
+                ):
+                    continue
+                params = (db_key, raw, now, item.expire_time, stamp, 0, item.mode, None, db_value)
+                store.write(sql.UPSERT, params, False, None, max(inline, MIN_WRITE_CHARGE))
+                renewed += 1
+        return renewed
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -388,7 +433,7 @@ class RemoteTier:
         listener = self._listener
         if listener is not None and (listener.pid != os.getpid() or not listener.is_alive()):
             self._listener = listener_for(
-                self._directory, self._remote, self._words, self._max_staleness
+                self._directory, self._remote, self._words, self._max_staleness, self._refresh
             )
 
     def close(self) -> None:

@@ -167,6 +167,8 @@ SELECT_ITEM = (
     " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 )
 SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+# A row for the key, expired or not (a near cache's copy the listener may refresh).
+SELECT_HELD = "SELECT 1 FROM Cache WHERE key = ? AND raw = ?"
 
 _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"

@@ -132,14 +132,15 @@ MEMORY_DEFAULTS: dict[str, int] = {
     "memory_item_limit": 10_000,
 }
 
-# A remote source of truth (see _remotecache.py): its URL (None: none), the prefix of the cache's
-# names in it, the seconds local copies may be served while it cannot be reached, and the
-# seconds a command waits for it.
+# A remote source of truth (see _remotetier.py): its URL (None: none), the prefix of the cache's
+# names in it, the seconds local copies may be served while it cannot be reached, the seconds a
+# command waits for it, and whether the host's listener renews the copies of changed items.
 REMOTE_DEFAULTS: dict[str, Any] = {
     "remote": None,
     "remote_prefix": "diskcache_core:",
     "max_staleness": 1.0,
     "remote_timeout": 5.0,
+    "remote_refresh": True,
 }
 
 # Settings never stored: the Disk's allow-list (a database someone else can write must not be
@@ -246,6 +247,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "remote_prefix": _prefix,
     "max_staleness": _seconds,
     "remote_timeout": _seconds,
+    "remote_refresh": _flag,
 }
 
 

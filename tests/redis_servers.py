@@ -31,11 +31,15 @@ def redis_missing() -> str | None:
 
 
 class RedisTestServer(RedisServer):
-    """A redis-server for one test: optional password, restart on the same port, pause."""
+    """A redis-server for one test: optional password, restart on the same port, pause; with
+    ``transports=True`` it also listens on a Unix socket in its working directory and on a
+    TLS port of 127.0.0.1 (a throwaway certificate authority made by trustme)."""
 
-    def __init__(self, password: str | None = None) -> None:
+    def __init__(self, password: str | None = None, transports: bool = False) -> None:
         super().__init__()
         self.password = password
+        self.transports = transports
+        self.tls_port = 0
         self._keep_port = 0
 
     def command(self) -> list[str]:
@@ -43,7 +47,42 @@ class RedisTestServer(RedisServer):
         argv += ["--dir", str(self._workdir), "--dbfilename", "dump.rdb"]
         if self.password is not None:
             argv += ["--requirepass", self.password]
+        if self.transports:
+            argv += self._transport_options()
         return argv
+
+    def _transport_options(self) -> list[str]:
+        import trustme
+
+        workdir = str(self._workdir)
+        authority = trustme.CA()
+        certificate = authority.issue_cert(HOST)
+        authority.cert_pem.write_to_path(os.path.join(workdir, "ca.pem"))
+        certificate.private_key_pem.write_to_path(os.path.join(workdir, "server.key"))
+        certificate.cert_chain_pems[0].write_to_path(os.path.join(workdir, "server.pem"))
+        self.tls_port = free_port()
+        return [
+            "--unixsocket", self.socket_path, "--unixsocketperm", "700",
+            "--tls-port", str(self.tls_port), "--tls-auth-clients", "no",
+            "--tls-cert-file", os.path.join(workdir, "server.pem"),
+            "--tls-key-file", os.path.join(workdir, "server.key"),
+            "--tls-ca-cert-file", os.path.join(workdir, "ca.pem"),
+        ]
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(str(self._workdir), "redis.sock")
+
+    @property
+    def unix_url(self) -> str:
+        """The server's Unix-socket URL (``transports=True``)."""
+        return f"unix://{self.socket_path}?db=0"
+
+    @property
+    def tls_url(self) -> str:
+        """The server's TLS URL, trusting the test authority (``transports=True``)."""
+        authority = os.path.join(str(self._workdir), "ca.pem")
+        return f"rediss://{HOST}:{self.tls_port}/0?ssl_ca_certs={authority}"
 
     @property
     def url(self) -> str:

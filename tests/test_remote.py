@@ -133,6 +133,72 @@ def test_add_expire_tag_touch_pop_delete(hosts):
     eventually(lambda: b.get("t") is None)
 
 
+def _count_remote_reads(cache):
+    """Wrap `cache`'s Redis GET so its own reads are counted: a list whose length is the count."""
+    store = cache._remote._remote
+    calls = []
+    plain_get = store.get
+
+    def counting_get(name):
+        calls.append(name)
+        return plain_get(name)
+
+    store.get = counting_get
+    return calls
+
+
+def _local_values(cache, keys):
+    """The values of `cache`'s rows for `keys` in its own database (copies, read without it)."""
+    import sqlite3
+
+    with sqlite3.connect(os.path.join(cache.directory, "cache.db")) as connection:
+        rows = dict(connection.execute("SELECT key, value FROM Cache").fetchall())
+    return [rows.get(key) for key in keys]
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_the_listener_renews_copies_of_changed_items(hosts, refresh):
+    """With remote_refresh (the default), host B's listener reads the new value of an item B
+    holds a copy of as soon as it hears of the change, so B's next get is answered locally;
+    without it, B's next get asks Redis. Either way B never serves the old value."""
+    a, b = hosts(remote_refresh=refresh)
+    eventually(b._remote._words.lease_valid)  # B's listener hears changes from now on
+    keys = list(range(40))
+    for key in keys:
+        a.set(key, f"old-{key}")
+    assert [b.get(key) for key in keys] == [f"old-{key}" for key in keys]  # B holds copies
+    reads = _count_remote_reads(b)
+    for round_ in range(3):
+        for key in keys:
+            a.set(key, f"new-{round_}-{key}")
+        expected = [f"new-{round_}-{key}" for key in keys]
+        if refresh:
+            eventually(lambda: _local_values(b, keys) == expected)  # renewed, B not asked
+            before = len(reads)
+            assert [b.get(key) for key in keys] == expected
+            assert len(reads) == before  # every get answered by this host
+        else:
+            before = len(reads)
+
+            def local_pass():
+                start = len(reads)
+                return [b.get(key) for key in keys] == expected and len(reads) == start
+
+            eventually(local_pass)
+            assert len(reads) - before >= len(keys)  # each change cost B a read from Redis
+
+
+def test_remote_names_decode_to_their_keys():
+    from diskcache_core._remote import decode_key, encode_key
+
+    for db_key, raw in (("text é", True), (b"\x00b", True), (7, True), (-(2**80), True),
+                        (1.5, True), (float("inf"), True), (b"pickled", False)):
+        assert decode_key(encode_key(db_key, raw)) == (db_key, raw)
+    assert decode_key(encode_key(3.0, True)) == (3, True)  # one name for 3 and 3.0, as SQLite
+    for foreign in (b"", b"x", b"i1.2.3", b"s\xff", b"fnot-a-float"):
+        assert decode_key(foreign) is None
+
+
 def test_evict_and_clear_act_on_the_prefix_only(hosts, url, tmp_path):
     a, b = hosts()
     other = Cache(str(tmp_path / "other"), remote=url, remote_prefix=f"other-{uuid.uuid4().hex}:")
@@ -199,6 +265,37 @@ def test_bad_urls_fail_at_construction(tmp_path):
         Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", remote_prefix="")
     with pytest.raises(ValueError, match="max_staleness"):
         Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", max_staleness=-1)
+
+
+@pytest.fixture(scope="module")
+def transports_server():
+    with RedisTestServer(transports=True) as running:
+        yield running
+
+
+@pytest.mark.parametrize("transport", ["unix", "tls"])
+def test_unix_socket_and_tls_urls(transports_server, tmp_path, transport):
+    """unix:// and rediss:// remotes: items, counters and the listener's invalidations (and
+    refreshes) all go through that transport."""
+    url = transports_server.unix_url if transport == "unix" else transports_server.tls_url
+    prefix = f"{transport}-{uuid.uuid4().hex[:8]}:"
+    a, b = (Cache(str(tmp_path / f"host{n}"), remote=url, remote_prefix=prefix) for n in (0, 1))
+    try:
+        assert a.remote == url
+        eventually(b._remote._words.lease_valid)  # B's listener is subscribed over `url`
+        a.set("k", "v1")
+        assert b.get("k") == "v1"
+        a.set("k", "v2")
+        eventually(lambda: b.get("k") == "v2")
+        assert a.incr("n") == 1 and b.incr("n") == 2
+        with pytest.raises(RemoteUnavailableError):  # the plain port does not speak TLS
+            Cache(str(tmp_path / "plain"), remote=url.replace(
+                f":{transports_server.tls_port}/", f":{transports_server.port}/"
+            ) if transport == "tls" else f"unix://{tmp_path}/absent.sock",
+                remote_prefix=prefix).set("x", 1)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_unreachable_server_is_a_clear_error_at_first_use(tmp_path):
