@@ -257,8 +257,14 @@ class RemoteStore:
 
     # --- items --------------------------------------------------------------------------------
 
+    # The hot commands go through execute_command: redis-py's get()/set() wrappers cost
+    # several microseconds of argument handling per call.
+
     def get(self, name: bytes) -> bytes | None:
-        return self.call(lambda: self.client.get(name))  # type: ignore[no-any-return]
+        try:
+            return self.client.execute_command("GET", name)  # type: ignore[no-any-return]
+        except redis.exceptions.RedisError as exc:
+            raise _translated(exc, self.url) from exc
 
     def get_many(self, names: list[bytes]) -> list[bytes | None]:
         """GET of each name in one round trip (a pipeline: names may be in different slots)."""
@@ -266,12 +272,21 @@ class RemoteStore:
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""
-        pxat = _pxat(expire_time)
-        done = self.call(lambda: self.client.set(name, data, pxat=pxat, nx=only_new))
-        return bool(done)
+        args: tuple[Any, ...] = ("SET", name, data)
+        if expire_time is not None:
+            args += ("PXAT", _pxat(expire_time))
+        if only_new:
+            args += ("NX",)
+        try:
+            return bool(self.client.execute_command(*args))
+        except redis.exceptions.RedisError as exc:
+            raise _translated(exc, self.url) from exc
 
     def delete(self, name: bytes) -> bool:
-        return bool(self.call(lambda: self.client.delete(name)))
+        try:
+            return bool(self.client.execute_command("DEL", name))
+        except redis.exceptions.RedisError as exc:
+            raise _translated(exc, self.url) from exc
 
     def pop(self, name: bytes) -> bytes | None:
         return self.call(lambda: self.client.getdel(name))  # type: ignore[no-any-return]
