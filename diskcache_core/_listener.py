@@ -268,11 +268,11 @@ class ListenerThread(threading.Thread):
 # One candidate per directory in this process, shared by the caches that use it.
 _threads: dict[str, ListenerThread] = {}
 _threads_lock = threading.Lock()
-_electing = [True]  # False in the listener process itself: its cache takes no part
+_electing = [True]  # False in the refresher (_listenerchild.py): its cache takes no part
 
 
 def stop_electing() -> None:
-    """This process never competes to listen (the listener process, for its own cache)."""
+    """This process never competes to listen (the refresher, for its own cache)."""
     _electing[0] = False
 
 

@@ -21,6 +21,7 @@ import os
 import signal
 import struct
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -33,6 +34,7 @@ from ._remotewords import RemoteWords
 __all__ = ["RefreshPipe", "main"]
 
 _BATCH = 256  # names per refresh: one round trip to Redis, one transaction
+_GATHER = 0.005  # seconds the refresher pauses after a refresh (see _refresher)
 _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
 _LISTENER_PRIORITY = -5
@@ -117,6 +119,10 @@ def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
             # A busy lock, Redis unreachable, a foreign value: these copies stay
             # invalidated and the next reader asks Redis.
             pass
+        # Let the next changes gather in the pipe: a refresh costs about 250 us of CPU for one
+        # name and 75 us a name for twenty (a round trip and a transaction each), so batches
+        # are worth a few milliseconds before a copy is renewed.
+        time.sleep(_GATHER)
 
 
 def _die_with(parent: int) -> None:

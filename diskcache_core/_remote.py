@@ -267,8 +267,15 @@ class RemoteStore:
             raise _translated(exc, self.url) from exc
 
     def get_many(self, names: list[bytes]) -> list[bytes | None]:
-        """GET of each name in one round trip (a pipeline: names may be in different slots)."""
-        return self.call(lambda: self._each(names, lambda pipe, name: pipe.get(name)))
+        """The value of each name: one MGET (on a cluster, one per slot, as redis-py splits it)."""
+        if not names:
+            return []
+        if self.cluster:
+            return self.call(lambda: self.client.mget_nonatomic(names))
+        try:
+            return self.client.execute_command("MGET", *names)  # type: ignore[no-any-return]
+        except redis.exceptions.RedisError as exc:
+            raise _translated(exc, self.url) from exc
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""
