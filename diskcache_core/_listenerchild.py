@@ -8,9 +8,9 @@ the election. The listener hands it the changed names through a pipe it never wa
 pipe drops names, which are then only invalidated (a read from Redis later, never a stale one).
 
 Why a process apart: the listener runs ahead of the application (a higher priority), so that
-invalidations are applied at once; the refresher is ordinary background work that must not take
-the CPU from the application's requests, and as a thread of the listener it would also hold up
-the listener's loop on the GIL.
+invalidations are applied at once; the refresher is background work (a lower priority) that must
+not take the CPU from the application's requests, and as a thread of the listener it would also
+hold up the listener's loop on the GIL.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _GATHER = 0.005  # seconds the refresher pauses after a refresh (see _refresher)
 _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
 _LISTENER_PRIORITY = -5
-_REFRESHER_PRIORITY = 0
+_REFRESHER_PRIORITY = 10  # below the application: renewing copies is background work
 
 
 class RefreshPipe:
