@@ -1,0 +1,66 @@
+"""The pipe between the listener and its refresher (diskcache_core/_listenerchild.py): whole
+names arrive, in order and in batches; the listener never blocks on it, and drops what a full
+pipe cannot take (those copies are only invalidated)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("redis")
+
+from diskcache_core._listenerchild import _BATCH, _PIPE_BUF, RefreshPipe, _records  # noqa: E402
+
+
+def _pipe():
+    read_end, write_end = os.pipe()
+    return read_end, RefreshPipe(write_end), write_end
+
+
+def test_names_arrive_whole_in_order_and_in_batches():
+    read_end, pipe, write_end = _pipe()
+    names = [b"s" + str(number).encode() * (number % 7 + 1) for number in range(1000)]
+    names.append(b"")  # an empty name is still a name
+    received: list[list[bytes]] = []
+    reader = threading.Thread(target=lambda: received.extend(_records(read_end)))
+    reader.start()
+    try:
+        for start in range(0, len(names), 37):
+            pipe.send(names[start:start + 37])
+    finally:
+        os.close(write_end)  # EOF ends the reader
+    reader.join(30)
+    assert not reader.is_alive()
+    os.close(read_end)
+    assert [name for batch in received for name in batch] == names
+    assert all(0 < len(batch) <= _BATCH for batch in received)
+
+
+def test_a_name_longer_than_an_atomic_write_is_skipped():
+    read_end, pipe, write_end = _pipe()
+    pipe.send([b"a", b"x" * _PIPE_BUF, b"b"])
+    os.close(write_end)
+    assert [name for batch in _records(read_end) for name in batch] == [b"a", b"b"]
+    os.close(read_end)
+
+
+def test_a_full_pipe_drops_names_without_blocking_or_tearing_records():
+    read_end, pipe, write_end = _pipe()
+    names = [b"k%06d" % number for number in range(200_000)]  # far more than a pipe holds
+    pipe.send(names)  # returns: never waits for the reader
+    os.close(write_end)
+    received = [name for batch in _records(read_end) for name in batch]
+    os.close(read_end)
+    assert 0 < len(received) < len(names)
+    positions = {name: number for number, name in enumerate(names)}
+    order = [positions[name] for name in received]  # KeyError: a torn record
+    assert order == sorted(set(order))  # in order, none twice
+
+
+def test_a_dead_refresher_does_not_break_the_listener():
+    read_end, pipe, write_end = _pipe()
+    os.close(read_end)
+    pipe.send([b"a", b"b"])  # EPIPE is swallowed: the listener goes on
+    os.close(write_end)
