@@ -167,8 +167,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                 "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
                 " items of every host (bound it with Redis's maxmemory policy instead)"
             )
-        # With a remote, Redis takes the writes and the directory only keeps copies: one shard
-        # is enough, and each shard runs a listener (and a refresher) process per host.
+        # With a remote the directory only keeps copies, and each shard runs listener processes.
         self._fanout = _shared_fanout(
             _location(directory),
             params.get("SHARDS", 1 if self._remote else 8),
