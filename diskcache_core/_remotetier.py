@@ -218,7 +218,7 @@ class RemoteTier:
 
         Called by the listener's refresher (_listener.py) after it bumped the stamps of `names`
         (Redis names without the prefix): for each item this host holds a row of, the new value
-        is read from Redis (one pipeline) and kept under the stamp read before asking, exactly
+        is read from Redis (one MGET) and kept under the stamp read before asking, exactly
         as a reader's fill keeps it, so a change after the read makes the copy unservable
         again. Without it, every write costs each host that holds the item a read from Redis
         on its next get; with it, the next get is answered here. Only inline values are
