@@ -15,7 +15,7 @@ import os.path as op
 import warnings
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _reaper
+from . import _checkpointer, _reaper
 from . import _schema as sql
 from ._arguments import check_timeout
 from ._check import check_cache
@@ -117,6 +117,7 @@ class CacheBase:
     sqlite_cache_size = SettingAttribute[int]("sqlite_cache_size")
     sqlite_journal_mode = SettingAttribute[str]("sqlite_journal_mode")
     sqlite_mmap_size = SettingAttribute[int]("sqlite_mmap_size")
+    sqlite_secure_delete = SettingAttribute[int]("sqlite_secure_delete")
     sqlite_synchronous = SettingAttribute[int]("sqlite_synchronous")
     disk_min_file_size = SettingAttribute[int]("disk_min_file_size")
     disk_pickle_protocol = SettingAttribute[int]("disk_pickle_protocol")
@@ -430,6 +431,7 @@ class CacheBase:
         except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
             pass
         _reaper.drain()
+        _checkpointer.forget(self._store)  # no round of the checkpoint thread left open on it
         self._store.pool.close_all()
 
     def __enter__(self: _Self) -> _Self:

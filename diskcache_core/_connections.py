@@ -17,6 +17,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
+from ._checkpointer import BACKSTOP_PAGES
 from ._errors import ReadOnlyCacheWarning, translate_sqlite_error
 from ._memory import change_recorder
 from ._schema import (
@@ -135,6 +136,9 @@ class ConnectionPool:
             return state
         con = self.connect()  # the setup below waits out another process's WAL recovery
         try:
+            # The checkpoint thread copies the WAL as it grows; a writer does it only past this
+            # (``sqlite_wal_autocheckpoint``, applied next, overrides it).
+            con.execute(set_pragma("wal_autocheckpoint", BACKSTOP_PAGES)).fetchall()
             self._configure(con)
             con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
             state = ThreadState(con, threading.current_thread())

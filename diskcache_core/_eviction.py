@@ -17,7 +17,7 @@ from . import _schema as sql
 from ._access import AccessLog, schedule_flush
 from ._arguments import check_tag
 from ._connections import ThreadState
-from ._errors import Timeout
+from ._errors import DiskCacheError, Timeout
 from ._settings import Settings
 from ._store import MIN_WRITE_CHARGE, Store
 
@@ -25,6 +25,7 @@ __all__ = ["Evictor"]
 
 _now = time.time
 _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
+_FREE_PAGES_BATCH = 1024  # free pages returned per transaction after bulk removals
 
 
 class Evictor:
@@ -130,6 +131,7 @@ class Evictor:
                 raise Timeout(count) from None
             if removed <= 0:
                 _reaper.drain()  # the caller sees the files gone, not just the rows
+                self.return_free_pages()
                 return count
             count += removed
 
@@ -162,7 +164,26 @@ class Evictor:
         except Timeout:
             raise Timeout(count) from None
         _reaper.drain()
+        self.return_free_pages()
         return count
+
+    def return_free_pages(self) -> None:
+        """Return the database's free pages to the file system, a batch per transaction (with
+        incremental auto-vacuum; see "Free pages" in docs/eviction.rst). Best effort: a busy
+        lock leaves the rest to the checkpoint thread."""
+        store = self.store
+        try:
+            if store.read(sql.AUTO_VACUUM)[0][0] != 2:
+                return
+            before = store.read(sql.FREELIST_COUNT)[0][0]
+            while before > 0:
+                store.return_free_pages(_FREE_PAGES_BATCH)
+                after = store.read(sql.FREELIST_COUNT)[0][0]
+                if after >= before:
+                    return
+                before = after
+        except DiskCacheError:
+            pass  # busy, read-only, full disk: the rows are gone all the same
 
     def evict_in_order(self, count: int, retry: bool = False) -> int:
         """Remove up to `count` items in the policy's order (store order under "none"), expired
@@ -216,13 +237,15 @@ class Evictor:
         """Evict victims in policy order, stopping as soon as the volume is within size_limit;
         True while still over.
 
-        One victim at a time while each removal lowers the volume (value files), so a small
-        cache — a FanoutCache shard holds a fraction of the limit — never evicts the item just
-        written along with older ones. Once a removal frees nothing (inline rows free database
-        pages only when a page empties), the rest of the budget goes in one statement: up to
-        cull_limit victims for each write since the last check (`budget`, as python-diskcache
-        culls up to cull_limit per write), so that one check of a cache of small items buys a
-        whole check interval instead of finding it still over on the next write.
+        One victim first; while removals lower the volume, as many average rows as the
+        overshoot (so a small cache — a FanoutCache shard holds a fraction of the limit — does not
+        evict the item just written along with older ones, and a check of large inline rows
+        takes two or three statements rather than one per row). Once a removal frees nothing
+        (inline rows free database pages only when a page empties), as many as the overshoot
+        plus one check interval: up to cull_limit victims for each write since the last check
+        (`budget`, as python-diskcache culls up to cull_limit per write), so that one check of a
+        cache of small items buys a whole check interval instead of finding it still over on the
+        next write.
         """
         cull_limit, size_limit = self.settings.cull_limit, self.settings.size_limit
         limit = max(cull_limit, budget)
@@ -236,19 +259,20 @@ class Evictor:
             after = self._volume(state)
             if after <= size_limit:
                 return False
-            if after >= volume:
-                step = min(limit - removed, self._rows_to_free(state, after))
+            # A removal that freed nothing: the overshoot plus one interval's worth of average
+            # rows; one that freed bytes: the overshoot's worth (no more than is needed).
+            step = min(limit - removed, self._rows_to_free(state, after, after >= volume))
             volume = after
         return True
 
-    def _rows_to_free(self, state: ThreadState, volume: int) -> int:
-        """How many average rows make up the overshoot plus one check interval (all of the
-        budget where the database keeps no item count)."""
+    def _rows_to_free(self, state: ThreadState, volume: int, interval: bool) -> int:
+        """How many average rows make up the overshoot (plus one check interval with
+        `interval`); all of the budget, or one row, where the database keeps no item count."""
         rows = state.execute(sql.STORED_COUNT).fetchall()
         count = int(rows[0][0]) if rows and rows[0][0] else 0
         if count <= 0:
-            return 1 << 62
-        excess = volume - self.settings.size_limit + self.store.check_every
+            return 1 << 62 if interval else 1
+        excess = volume - self.settings.size_limit + (self.store.check_every if interval else 0)
         return max(1, -(-excess * count // volume))
 
     @staticmethod

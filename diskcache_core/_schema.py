@@ -311,6 +311,8 @@ STORE_COUNT = "UPDATE Settings SET value = ? WHERE key = 'count'"
 MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
 PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
+AUTO_VACUUM = "PRAGMA auto_vacuum"
+FREELIST_COUNT = "PRAGMA freelist_count"
 VACUUM = "VACUUM"
 
 # The access log's batched refreshes (see _access), per column a policy orders by. A time only

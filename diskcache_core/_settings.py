@@ -46,10 +46,11 @@ class Settings:
     size_limit: int = 2**30  # bytes (1 GiB)
     cull_limit: int = 10  # items a write's size check may evict
     exact_size_limit: int = 0  # 1: check the size limit after every write (python-diskcache's way)
-    sqlite_auto_vacuum: int = 1  # FULL
+    sqlite_auto_vacuum: int = 2  # INCREMENTAL: free pages reused, trimmed off the writers' path
     sqlite_cache_size: int = 2**13  # pages
     sqlite_journal_mode: str = "wal"
     sqlite_mmap_size: int = 2**26  # 64 MiB
+    sqlite_secure_delete: int = 0  # deleted values are not overwritten (1: they are, slower)
     sqlite_synchronous: int = 1  # NORMAL
     disk_min_file_size: int = 2**15  # values from 32 KiB go to value files
     disk_pickle_protocol: int = pickle.HIGHEST_PROTOCOL

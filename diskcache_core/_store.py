@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from . import _reaper
+from ._checkpointer import note_commit
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
@@ -29,6 +30,7 @@ from ._schema import set_pragma
 __all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
+_COMMIT_PAGE = 4096  # WAL bytes a commit writes besides its values, at least
 
 
 # What a write statement did: ``(rows changed, the memory-tier versions it published)``, the
@@ -51,6 +53,11 @@ class Store:
         self.timeout = timeout
         self.disk = disk
         self.local: threading.local = pool.local
+        self.path = pool.path
+        # Whether the checkpoint thread knows of a commit since its last round (_checkpointer.py).
+        self.wal_noted = False
+        self.wal_bytes = 0  # bytes committed since its last checkpoint, roughly
+        self.free_pages_left = False  # the checkpoint thread has free pages to return
         # The memory tier's version words (None where this process may only read), set when the
         # database was opened.
         self.words = pool.words
@@ -222,11 +229,20 @@ class Store:
             names = list(state.released)
             state.released.clear()
             _reaper.remove_later(self.disk, names)
+        self.wal_bytes += charge + _COMMIT_PAGE  # a commit writes a page or more
+        if not self.wal_noted:
+            note_commit(self)
         if charge:  # removals (charge 0) never trigger the size check themselves
             self.unchecked += charge
             if self.unchecked >= self.check_every:
                 self.size_check()
         return published
+
+    def return_free_pages(self, pages: int, timeout: float | None = None) -> None:
+        """Return up to `pages` free pages to the file system, in one transaction (a database
+        with incremental auto-vacuum; nothing otherwise). `timeout`: as for `transaction`."""
+        with self.transaction(timeout=timeout) as state:
+            state.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
 
     def _publish(self, state: ThreadState) -> None:
         """The transaction that bumped ``state.versions`` has ended without commit work."""

@@ -1,0 +1,214 @@
+"""WAL checkpoints and free-page trimming, off the writers' path.
+
+SQLite checkpoints a WAL database on the connection whose commit takes the WAL past
+``wal_autocheckpoint`` pages: that writer copies about a thousand pages into the database file
+and waits for two fsyncs, milliseconds in the middle of one ``set``. Here one thread per
+process does that work for every cache the process writes:
+
+- While a cache is being written, every `INTERVAL` the thread runs a PASSIVE checkpoint on a
+  connection of its own (again while writers added many pages meanwhile). It takes no lock a
+  writer needs, so writers go on. The writers' own connections checkpoint only past
+  `BACKSTOP_PAGES`: by then the thread has copied nearly all of the WAL, so the writer that
+  crosses it copies a short tail (and its checkpoint, complete, lets the next writer start the
+  WAL over, which the thread's alone, with writers adding pages meanwhile, cannot); and the WAL
+  stays bounded when the thread is kept off the CPU.
+- Where the database uses incremental auto-vacuum (the default for new caches), freed pages stay
+  in the file's free list, and the next writes reuse them: no commit relocates pages to shrink
+  the file, as full auto-vacuum does in the middle of a cull. When the free list exceeds
+  `TRIM_MIN_PAGES` and an eighth of the file, the thread returns `TRIM_PAGES` of them to the
+  file system per round, under the cache's write lock, taken in one try (busy: next round).
+
+The thread never opens SQLite's files itself (closing a descriptor of a file drops every POSIX
+lock the process holds on it, SQLite's included): it asks SQLite. Since SQLite tells how long
+the WAL is only by checkpointing it, each Store counts what its commits wrote (`wal_bytes`),
+and a round checkpoints from `_PASS_BYTES` on.
+
+The thread runs only while some cache was written since its last round. It holds `busy` for a
+round, and fork() waits for that: a child never inherits SQLite in the middle of a statement.
+Each round opens and closes its own connections, so none is left to a fork, and ``close()``
+waits only for a round working on its own cache (so that the last close still removes the WAL).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+import weakref
+from typing import Any, Protocol
+
+from ._errors import DiskCacheError
+
+__all__ = ["BACKSTOP_PAGES", "forget", "note_commit", "rounds"]
+
+INTERVAL = 0.010  # seconds between rounds while caches are being written
+BACKSTOP_PAGES = 2000  # the writers' connections' wal_autocheckpoint (SQLite's: 1000)
+_PASSES = 20  # checkpoints per round at most, while writers keep adding pages
+_PASS_PAUSE = 0.001  # seconds between them
+_PASS_BYTES = 2**20  # bytes this process wrote to the WAL from which a round checkpoints
+_AGAIN_BYTES = 2**18  # written during a checkpoint: another one in the same round
+_TAIL_PAGES = 64  # pages a round may leave uncopied
+TRIM_MIN_PAGES = 256  # free pages kept at least (the next writes reuse them)
+TRIM_PAGES = 128  # free pages returned per round: the write lock is held briefly
+
+
+class Checkpointed(Protocol):
+    """What the thread needs of a cache's Store."""
+
+    path: str
+    wal_noted: bool
+    wal_bytes: int  # written to the WAL since the last checkpoint, roughly
+    free_pages_left: bool  # the last round left many free pages
+    pool: Any
+
+    def return_free_pages(self, pages: int, timeout: float | None = None) -> None: ...
+
+
+class _Checkpointer:
+    """The per-process thread; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.noted: dict[int, weakref.ref[Any]] = {}
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()  # guards `noted`, `thread` and `current`
+        self.round_done = threading.Condition(self.lock)
+        self.current: Any = None  # the store a round is working on
+        self.busy = threading.Lock()  # held for a round: fork() waits for it
+        self.rounds = 0  # rounds done (for tests and diagnostics)
+
+    def note(self, store: Checkpointed) -> None:
+        with self.lock:
+            self.noted[id(store)] = weakref.ref(store)
+            _known.add(store)
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="diskcache_core-checkpoint", daemon=True
+                )
+                self.thread.start()
+
+    def forget(self, store: Checkpointed) -> None:
+        """Drop `store` until its next write, once no round is working on it."""
+        with self.lock:
+            self.noted.pop(id(store), None)
+            store.wal_noted = False
+            while self.current is store:
+                self.round_done.wait()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(INTERVAL)
+            with self.busy:
+                with self.lock:
+                    stores = [ref() for ref in self.noted.values()]
+                    self.noted.clear()
+                    for store in stores:
+                        if store is not None:
+                            store.wal_noted = False  # its next commit notes it again
+                for store in stores:
+                    if store is not None:
+                        self._work_on(store)
+                self.rounds += 1
+            with self.lock:
+                if not self.noted:
+                    self.thread = None
+                    return
+
+    def _work_on(self, store: Checkpointed) -> None:
+        with self.lock:
+            self.current = store
+        more = False
+        try:
+            more = _round(store)
+        except Exception:  # noqa: BLE001 - the thread must go on; a writer's backstop
+            pass  # checkpoint bounds the WAL meanwhile
+        finally:
+            with self.lock:
+                self.current = None
+                if more and not store.wal_noted:  # free pages left: again next round
+                    self.noted[id(store)] = weakref.ref(store)
+                    store.wal_noted = True
+                self.round_done.notify_all()
+
+
+def _round(store: Checkpointed) -> bool:
+    """Checkpoint `store`'s database (again while writers added many pages meanwhile), and
+    return some free pages if they are many; True when many are left for the next round."""
+    if store.wal_bytes < _PASS_BYTES and not store.free_pages_left:
+        return False  # a few pages: not worth two fsyncs yet (the next commit notes it again)
+    try:
+        con = sqlite3.connect(
+            "file:" + urllib.parse.quote(store.path) + "?mode=rw", uri=True,
+            isolation_level=None, timeout=0.0, check_same_thread=False,
+        )
+    except sqlite3.Error:
+        return False  # gone, or not ours to open: the writers' backstop checkpoints
+    try:
+        for _ in range(_PASSES if store.wal_bytes >= _PASS_BYTES else 0):
+            store.wal_bytes = 0
+            busy, log, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if busy or log - copied > _TAIL_PAGES or store.wal_bytes < _AGAIN_BYTES:
+                break  # another checkpoint runs, not WAL (-1), held back, or little new
+            time.sleep(_PASS_PAUSE)  # writers are adding pages: copy them as they come
+        free = pages = 0
+        if con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+            (free,) = con.execute("PRAGMA freelist_count").fetchone()
+            (pages,) = con.execute("PRAGMA page_count").fetchone()
+    except sqlite3.Error:
+        return False  # busy or closed meanwhile: the next round tries again
+    finally:
+        con.close()
+    store.free_pages_left = free > TRIM_MIN_PAGES and free * 8 > pages
+    if not store.free_pages_left:
+        return False
+    try:
+        store.return_free_pages(TRIM_PAGES, timeout=0.0)  # one try for the write lock
+    except (DiskCacheError, sqlite3.Error, OSError):
+        return False  # busy, read-only now, full disk: a round after the next commit retries
+    finally:
+        store.pool.close_current()  # none left open to a fork or to close()
+    return True
+
+
+_checkpointer = _Checkpointer()
+_known: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every store noted in this process
+
+
+def note_commit(store: Checkpointed) -> None:
+    """`store` committed a write (called once per round at most: see ``Store.wal_noted``)."""
+    store.wal_noted = True
+    _checkpointer.note(store)
+
+
+def forget(store: Checkpointed) -> None:
+    """`store` is closing: no round works on it until it is written again."""
+    _checkpointer.forget(store)
+
+
+def rounds() -> int:
+    """Rounds this process's thread has done."""
+    return _checkpointer.rounds
+
+
+def _before_fork() -> None:
+    _checkpointer.busy.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _checkpointer.busy.release()
+
+
+def _after_fork_in_child() -> None:
+    global _checkpointer
+    _checkpointer = _Checkpointer()  # no thread here; the child's writes start one
+    for store in list(_known):
+        store.wal_noted = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

@@ -1,0 +1,163 @@
+"""The checkpoint thread (diskcache_core/_checkpointer.py): WAL checkpoints and free-page
+trimming off the writers' path, and the defaults that go with it."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+import pytest
+
+import diskcache_core as dc
+from diskcache_core import _checkpointer
+
+VALUE = b'v' * 10_000  # inline (below disk_min_file_size): three pages of the database each
+POLLS = 1000  # bounded waits for the background thread: at most POLLS * 10 ms
+
+
+def database(cache: dc.Cache) -> str:
+    return os.path.join(cache.directory, 'cache.db')
+
+
+def pragma(cache: dc.Cache, name: str) -> int:
+    con = sqlite3.connect(database(cache))  # SQLite's own open: its locks stay consistent
+    try:
+        return int(con.execute(f'PRAGMA {name}').fetchone()[0])
+    finally:
+        con.close()
+
+
+def wait_for(condition) -> bool:
+    for _ in range(POLLS):
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_a_new_cache_reuses_free_pages_and_does_not_overwrite_deleted_values(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'))
+    assert cache.sqlite_auto_vacuum == 2
+    assert cache.sqlite_secure_delete == 0
+    assert cache._store.read('PRAGMA auto_vacuum') == [(2,)]
+    assert cache._store.read('PRAGMA secure_delete') == [(0,)]
+    cache.close()
+    cache = dc.Cache(str(tmp_path / 'c'), sqlite_secure_delete=1)
+    assert cache._store.read('PRAGMA secure_delete') == [(1,)]
+    cache.close()
+    assert dc.Cache(str(tmp_path / 'c')).sqlite_secure_delete == 1  # stored, as any setting
+
+
+def test_an_existing_full_vacuum_database_keeps_its_mode(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'), sqlite_auto_vacuum=1)
+    cache.close()
+    cache = dc.Cache(str(tmp_path / 'c'))
+    assert cache.sqlite_auto_vacuum == 1
+    assert cache._store.read('PRAGMA auto_vacuum') == [(1,)]
+    cache.reset('sqlite_auto_vacuum', 2)  # SQLite switches between full and incremental
+    assert pragma(cache, 'auto_vacuum') == 2
+    cache.close()
+
+
+def test_the_thread_copies_the_wal_into_the_database_file(tmp_path):
+    # 3 MB of writes: fewer WAL pages than a writer's own checkpoint needs (SQLite's 1000,
+    # our 2000), so only the thread can have copied them into the database file (from 1 MB
+    # on: the last megabyte may wait in the WAL for more writes).
+    cache = dc.Cache(str(tmp_path / 'c'))
+    before = _checkpointer.rounds()
+    for number in range(300):
+        cache.set(number, VALUE)
+    assert wait_for(lambda: os.path.getsize(database(cache)) > 1_000_000)
+    assert _checkpointer.rounds() > before
+    assert os.path.getsize(database(cache) + '-wal') > 0  # the WAL is still in use
+    assert all(cache[number] == VALUE for number in range(300))
+    cache.close()
+
+
+def test_the_wal_stays_bounded_under_a_stream_of_writes(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'), size_limit=10 * 2**20)
+    for number in range(3000):  # 30 MB through a 10 MB cache: culls at every check
+        cache.set(number, VALUE)
+    # At most the writers' backstop (2000 pages) and one commit's pages past it.
+    assert os.path.getsize(database(cache) + '-wal') <= 2100 * 4096 + 64 * 1024
+    assert cache.volume() <= 10 * 2**20 + cache._store.check_every
+    cache.close()
+    assert not os.path.exists(database(cache) + '-wal')  # the last close still removes it
+
+
+def test_free_pages_are_returned_in_the_background(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(500):
+        cache.set(number, VALUE)
+    for number in range(450):  # single deletes: each frees pages into the free list
+        del cache[number]
+    for number in range(1000, 1200):  # later writes reuse some and note the cache again
+        cache.set(number, b'x')
+
+    def trimmed() -> bool:
+        pages = pragma(cache, 'page_count')
+        return pragma(cache, 'freelist_count') <= max(_checkpointer.TRIM_MIN_PAGES, pages // 8)
+
+    assert wait_for(trimmed)
+    assert pragma(cache, 'page_count') < 500 * 3 // 2  # well below the 1500 pages of 500 values
+    assert sorted(cache) == list(range(450, 500)) + list(range(1000, 1200))
+    cache.close()
+
+
+@pytest.mark.parametrize('removal', ['clear', 'evict', 'expire', 'cull'])
+def test_bulk_removals_return_every_free_page(tmp_path, removal):
+    cache = dc.Cache(str(tmp_path / 'c'), size_limit=2**20)
+    with cache.transact():  # no size check in between: the cache goes far over its limit
+        for number in range(400):
+            cache.set(number, VALUE, expire=0.01 if removal == 'expire' else None, tag='t')
+    time.sleep(0.02)
+    {'clear': cache.clear, 'evict': lambda: cache.evict('t'), 'expire': cache.expire,
+     'cull': cache.cull}[removal]()
+    assert pragma(cache, 'freelist_count') == 0
+    assert pragma(cache, 'page_count') * 4096 <= 2**20 + 64 * 1024
+    cache.close()
+
+
+def test_a_failing_round_does_not_stop_the_thread(tmp_path, monkeypatch):
+    real_round = _checkpointer._round
+    failures = []
+
+    def failing_once(store):
+        if not failures:
+            failures.append(store)
+            raise RuntimeError('injected')
+        real_round(store)
+
+    monkeypatch.setattr(_checkpointer, '_round', failing_once)
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(150):
+        cache.set(number, VALUE)
+    assert wait_for(lambda: bool(failures))
+    for number in range(150, 300):
+        cache.set(number, VALUE)
+    assert wait_for(lambda: os.path.getsize(database(cache)) > 1_000_000)
+    cache.close()
+
+
+@pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs fork()')
+def test_forks_while_the_thread_works_leave_every_process_whole(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for round_number in range(5):
+        for number in range(100):  # 1 MB: the thread has a round to do
+            cache.set((round_number, number), VALUE)
+        pid = os.fork()
+        if pid == 0:  # the child writes through the inherited Cache object, then checks
+            status = 1
+            try:
+                for number in range(150):
+                    cache.set(('child', round_number, number), VALUE)
+                if all(cache[('child', round_number, n)] == VALUE for n in range(150)):
+                    status = 0
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert len(cache) == 5 * 100 + 5 * 150
+    assert cache.check() == []
+    cache.close()
