@@ -35,11 +35,11 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import weakref
 from typing import Any, Protocol
 
 from ._errors import DiskCacheError
+from ._schema import database_uri
 
 __all__ = ["BACKSTOP_PAGES", "forget", "note_commit", "rounds"]
 
@@ -139,7 +139,7 @@ def _round(store: Checkpointed) -> bool:
         return False  # a few pages: not worth two fsyncs yet (the next commit notes it again)
     try:
         con = sqlite3.connect(
-            "file:" + urllib.parse.quote(store.path) + "?mode=rw", uri=True,
+            database_uri(store.path, "mode=rw"), uri=True,
             isolation_level=None, timeout=0.0, check_same_thread=False,
         )
     except sqlite3.Error:

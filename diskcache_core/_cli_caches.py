@@ -31,6 +31,7 @@ from ._schema import (
     CLI_LIST_TAGGED_KEYS,
     CLI_TABLE_NAMES,
     DBNAME,
+    database_uri,
     METADATA,
 )
 
@@ -74,8 +75,8 @@ def _is_cache_database(path: str) -> bool:
     try:
         # With no -shm (no writer has it open) read the file as immutable: a read-only
         # connection would leave a -wal and -shm behind.
-        mode = "?mode=ro" if op.exists(path + "-shm") else "?mode=ro&immutable=1"
-        con = sqlite3.connect("file:" + path + mode, uri=True, timeout=10)
+        mode = "mode=ro" if op.exists(path + "-shm") else "mode=ro&immutable=1"
+        con = sqlite3.connect(database_uri(path, mode), uri=True, timeout=10)
     except sqlite3.Error:
         return False
     try:

@@ -26,6 +26,7 @@ from ._schema import (
     RELEASE_TRIGGERS,
     VERSION_FUNCTION,
     VERSION_TRIGGERS,
+    database_uri,
     set_pragma,
 )
 
@@ -103,7 +104,7 @@ class ConnectionPool:
         """A new connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``)."""
         wait = self.timeout if timeout is None else timeout
         if self.read_only:
-            uri = "file:" + self.path + ("?mode=ro&immutable=1" if self.immutable else "?mode=ro")
+            uri = database_uri(self.path, "mode=ro&immutable=1" if self.immutable else "mode=ro")
             return sqlite3.connect(uri, timeout=wait, isolation_level=None, uri=True,
                                    check_same_thread=False)
         return sqlite3.connect(self.path, timeout=wait, isolation_level=None,
@@ -319,7 +320,7 @@ class ReadOnlyReader:
         path = self._pool.path
         for _ in range(_UNINDEXED_READ_TRIES):
             before = _identity(path, with_time=True)
-            con = sqlite3.connect("file:" + path + "?mode=ro&immutable=1", uri=True,
+            con = sqlite3.connect(database_uri(path, "mode=ro&immutable=1"), uri=True,
                                   isolation_level=None, check_same_thread=False)
             try:
                 rows = con.execute(statement, params).fetchall()

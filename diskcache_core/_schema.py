@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import urllib.parse
 from typing import Any, NamedTuple
 
 
@@ -324,6 +325,12 @@ REFRESH_COLUMN = {
     ),
     "access_count": "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3",
 }
+
+
+def database_uri(path: str, query: str) -> str:
+    """An SQLite URI of the database file `path` with `query` (``mode=ro``, ...): the path
+    percent-quoted, so that a directory named with ``?``, ``#`` or ``%`` opens that file."""
+    return "file:" + urllib.parse.quote(path) + "?" + query
 
 
 def read_pragma(name: str) -> str:

@@ -619,3 +619,12 @@ def test_reading_commands_change_no_byte_and_make_no_file(tmp_path, maker):
         result = run(command[0], directory, *command[1:])
         assert result.returncode == 0, (command, result.stderr)
     assert _every_file(directory) == before  # no migration, no -wal/-shm, no version file
+
+
+@pytest.mark.parametrize('name', ['what?', 'hash#tag', 'per%20cent'])
+def test_a_cache_whose_directory_name_means_something_in_a_uri_is_recognised(tmp_path, capsys, name):
+    directory = tmp_path / name
+    with dc.Cache(directory) as cache:
+        cache.set('key', 'value')
+    assert cli.main(['keys', str(directory)]) == 0
+    assert capsys.readouterr().out.split() == [repr('key')]

@@ -120,3 +120,17 @@ def test_read_only_option_sees_a_live_writer(tmp_path):
 def test_read_only_option_needs_an_existing_cache(tmp_path):
     with pytest.raises(dc.DatabaseError):
         dc.Cache(str(tmp_path / "none"), read_only=True)
+
+
+@pytest.mark.parametrize("name", ["what?", "hash#tag", "per%20cent", "both?x=1#y"])
+def test_read_only_opens_a_directory_whose_name_means_something_in_a_uri(tmp_path, name):
+    # Read-only connections use SQLite URIs: an unquoted "?" or "#" would cut the path short (and
+    # open another file, or none), "%20" would name another directory.
+    directory = str(tmp_path / name / "cache")
+    with dc.Cache(directory) as writer:
+        writer.set("key", name)
+        with dc.Cache(directory, read_only=True) as live:  # a writer has it open: WAL index
+            assert live.get("key") == name
+    with dc.Cache(directory, read_only=True) as closed:  # no writer: read as immutable
+        assert closed.get("key") == name
+        assert list(closed) == ["key"]
