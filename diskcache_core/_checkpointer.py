@@ -36,7 +36,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ._errors import DiskCacheError
 from ._schema import database_uri
@@ -75,6 +75,7 @@ class _Checkpointer:
         self.lock = threading.Lock()  # guards `noted`, `thread` and `current`
         self.round_done = threading.Condition(self.lock)
         self.current: Any = None  # the store a round is working on
+        self.cut_short = False  # its cache is closing: no more passes on it
         self.busy = threading.Lock()  # held for a round: fork() waits for it
         self.rounds = 0  # rounds done (for tests and diagnostics)
 
@@ -94,6 +95,7 @@ class _Checkpointer:
             self.noted.pop(id(store), None)
             store.wal_noted = False
             while self.current is store:
+                self.cut_short = True  # no further passes: the round ends after this one
                 self.round_done.wait()
 
     def _run(self) -> None:
@@ -118,23 +120,24 @@ class _Checkpointer:
     def _work_on(self, store: Checkpointed) -> None:
         with self.lock:
             self.current = store
+            self.cut_short = False
         more = False
         try:
-            more = _round(store)
+            more = _round(store, lambda: not self.cut_short)
         except Exception:  # noqa: BLE001 - the thread must go on; a writer's backstop
             pass  # checkpoint bounds the WAL meanwhile
         finally:
             with self.lock:
                 self.current = None
-                if more and not store.wal_noted:  # free pages left: again next round
+                if more and not store.wal_noted and not self.cut_short:  # pages left: again
                     self.noted[id(store)] = weakref.ref(store)
                     store.wal_noted = True
                 self.round_done.notify_all()
 
 
-def _round(store: Checkpointed) -> bool:
-    """Checkpoint `store`'s database (again while writers added many pages meanwhile), and
-    return some free pages if they are many; True when many are left for the next round."""
+def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
+    """Checkpoint `store`'s database (again while writers added many pages meanwhile and
+    `go_on()`), and return some free pages if they are many; True when many are left."""
     if store.wal_bytes < _PASS_BYTES and not store.free_pages_left:
         return False  # a few pages: not worth two fsyncs yet (the next commit notes it again)
     try:
@@ -150,6 +153,8 @@ def _round(store: Checkpointed) -> bool:
             busy, log, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if busy or log - copied > _TAIL_PAGES or store.wal_bytes < _AGAIN_BYTES:
                 break  # another checkpoint runs, not WAL (-1), held back, or little new
+            if not go_on():
+                return False  # its cache is closing
             time.sleep(_PASS_PAUSE)  # writers are adding pages: copy them as they come
         free = pages = 0
         if con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
@@ -160,7 +165,7 @@ def _round(store: Checkpointed) -> bool:
     finally:
         con.close()
     store.free_pages_left = free > TRIM_MIN_PAGES and free * 8 > pages
-    if not store.free_pages_left:
+    if not store.free_pages_left or not go_on():
         return False
     try:
         store.return_free_pages(TRIM_PAGES, timeout=0.0)  # one try for the write lock

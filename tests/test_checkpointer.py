@@ -123,11 +123,11 @@ def test_a_failing_round_does_not_stop_the_thread(tmp_path, monkeypatch):
     real_round = _checkpointer._round
     failures = []
 
-    def failing_once(store):
+    def failing_once(store, go_on):
         if not failures:
             failures.append(store)
             raise RuntimeError('injected')
-        real_round(store)
+        return real_round(store, go_on)
 
     monkeypatch.setattr(_checkpointer, '_round', failing_once)
     cache = dc.Cache(str(tmp_path / 'c'))
