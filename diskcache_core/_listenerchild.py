@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from ._cache import Cache
-from ._errors import DiskCacheError
+from ._errors import DiskCacheError, Timeout
 from ._listener import Listener, stop_electing
 from ._remote import RemoteStore
 from ._remotewords import RemoteWords
@@ -35,6 +35,7 @@ __all__ = ["RefreshPipe", "main"]
 
 _BATCH = 256  # names per refresh: one round trip to Redis, one transaction
 _GATHER = 0.005  # seconds the refresher pauses after a refresh (see _refresher)
+_TRIES = 5  # refreshes of one batch while the host's write lock stays busy
 _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
 _LISTENER_PRIORITY = -5
@@ -113,12 +114,17 @@ def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
     if tier is None:
         return
     for names in _records(fd):
-        try:
-            tier.refresh(names)
-        except (DiskCacheError, OSError, ValueError):
-            # A busy lock, Redis unreachable, a foreign value: these copies stay
-            # invalidated and the next reader asks Redis.
-            pass
+        for _ in range(_TRIES):
+            try:
+                tier.refresh(names)
+            except Timeout:
+                time.sleep(_GATHER)  # the host's write lock stayed busy: try the batch again
+                continue
+            except (DiskCacheError, OSError, ValueError):
+                # Redis unreachable, a foreign value: these copies stay invalidated and the
+                # next reader asks Redis.
+                pass
+            break
         # Let the next changes gather in the pipe: a refresh costs about 250 us of CPU for one
         # name and 75 us a name for twenty (a round trip and a transaction each), so batches
         # are worth a few milliseconds before a copy is renewed.
