@@ -38,8 +38,8 @@ import time
 import weakref
 from typing import Any, Callable, Protocol
 
+from . import _schema as sql
 from ._errors import DiskCacheError
-from ._schema import database_uri
 
 __all__ = ["BACKSTOP_PAGES", "forget", "note_commit", "rounds"]
 
@@ -142,7 +142,7 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
         return False  # a few pages: not worth two fsyncs yet (the next commit notes it again)
     try:
         con = sqlite3.connect(
-            database_uri(store.path, "mode=rw"), uri=True,
+            sql.database_uri(store.path, "mode=rw"), uri=True,
             isolation_level=None, timeout=0.0, check_same_thread=False,
         )
     except sqlite3.Error:
@@ -157,9 +157,9 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
                 return False  # its cache is closing
             time.sleep(_PASS_PAUSE)  # writers are adding pages: copy them as they come
         free = pages = 0
-        if con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
-            (free,) = con.execute("PRAGMA freelist_count").fetchone()
-            (pages,) = con.execute("PRAGMA page_count").fetchone()
+        if con.execute(sql.AUTO_VACUUM).fetchone()[0] == sql.INCREMENTAL_VACUUM:
+            (free,) = con.execute(sql.FREELIST_COUNT).fetchone()
+            (pages,) = con.execute(sql.PAGE_COUNT).fetchone()
     except sqlite3.Error:
         return False  # busy or closed meanwhile: the next round tries again
     finally:

@@ -173,7 +173,7 @@ class Evictor:
         lock leaves the rest to the checkpoint thread."""
         store = self.store
         try:
-            if store.read(sql.AUTO_VACUUM)[0][0] != 2:
+            if store.read(sql.AUTO_VACUUM)[0][0] != sql.INCREMENTAL_VACUUM:
                 return
             before = store.read(sql.FREELIST_COUNT)[0][0]
             while before > 0:

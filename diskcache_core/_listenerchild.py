@@ -31,7 +31,7 @@ from ._listener import Listener, stop_electing
 from ._remote import RemoteStore
 from ._remotewords import RemoteWords
 
-__all__ = ["RefreshPipe", "main"]
+__all__ = ["RefreshPipe", "main", "refresh_batch"]
 
 _BATCH = 256  # names per refresh: one round trip to Redis, one transaction
 _GATHER = 0.005  # seconds the refresher pauses after a refresh (see _refresher)
@@ -114,21 +114,25 @@ def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
     if tier is None:
         return
     for names in _records(fd):
-        for _ in range(_TRIES):
-            try:
-                tier.refresh(names)
-            except Timeout:
-                time.sleep(_GATHER)  # the host's write lock stayed busy: try the batch again
-                continue
-            except (DiskCacheError, OSError, ValueError):
-                # Redis unreachable, a foreign value: these copies stay invalidated and the
-                # next reader asks Redis.
-                pass
-            break
+        refresh_batch(tier.refresh, names)
         # Let the next changes gather in the pipe: a refresh costs about 250 us of CPU for one
         # name and 75 us a name for twenty (a round trip and a transaction each), so batches
         # are worth a few milliseconds before a copy is renewed.
         time.sleep(_GATHER)
+
+
+def refresh_batch(refresh: Callable[[list[bytes]], int], names: list[bytes]) -> None:
+    """``refresh(names)``, again after a pause while it times out (the host's write lock stayed
+    busy, or Redis did not answer in time), `_TRIES` times at most. When it gives up, or on
+    another error (a foreign value), these copies stay invalidated: the next reader asks Redis."""
+    for _ in range(_TRIES):
+        try:
+            refresh(names)
+            return
+        except Timeout:
+            time.sleep(_GATHER)
+        except (DiskCacheError, OSError, ValueError):
+            return
 
 
 def _die_with(parent: int) -> None:

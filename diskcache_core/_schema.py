@@ -313,7 +313,9 @@ MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
 PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
 AUTO_VACUUM = "PRAGMA auto_vacuum"
+INCREMENTAL_VACUUM = 2  # AUTO_VACUUM's answer where free pages stay until returned
 FREELIST_COUNT = "PRAGMA freelist_count"
+PAGE_COUNT = "PRAGMA page_count"
 VACUUM = "VACUUM"
 
 # The access log's batched refreshes (see _access), per column a policy orders by. A time only

@@ -46,7 +46,8 @@ def test_a_new_cache_reuses_free_pages_and_does_not_overwrite_deleted_values(tmp
     cache = dc.Cache(str(tmp_path / 'c'), sqlite_secure_delete=1)
     assert cache._store.read('PRAGMA secure_delete') == [(1,)]
     cache.close()
-    assert dc.Cache(str(tmp_path / 'c')).sqlite_secure_delete == 1  # stored, as any setting
+    with dc.Cache(str(tmp_path / 'c')) as reopened:
+        assert reopened.sqlite_secure_delete == 1  # stored, as any setting
 
 
 def test_an_existing_full_vacuum_database_keeps_its_mode(tmp_path):

@@ -11,7 +11,15 @@ import pytest
 
 pytest.importorskip("redis")
 
-from diskcache_core._listenerchild import _BATCH, _PIPE_BUF, RefreshPipe, _records  # noqa: E402
+import diskcache_core as dc  # noqa: E402
+from diskcache_core._listenerchild import (  # noqa: E402
+    _BATCH,
+    _PIPE_BUF,
+    _TRIES,
+    RefreshPipe,
+    _records,
+    refresh_batch,
+)
 
 
 def _pipe():
@@ -64,3 +72,31 @@ def test_a_dead_refresher_does_not_break_the_listener():
     os.close(read_end)
     pipe.send([b"a", b"b"])  # EPIPE is swallowed: the listener goes on
     os.close(write_end)
+
+
+def _refresh_failing(errors):
+    """A refresh that raises each of `errors` in turn, then succeeds; and its calls."""
+    calls = []
+
+    def refresh(names):
+        calls.append(list(names))
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return len(names)
+
+    return refresh, calls
+
+
+def test_a_batch_the_busy_lock_held_off_is_refreshed_again():
+    refresh, calls = _refresh_failing([dc.Timeout("busy"), dc.Timeout("busy")])
+    refresh_batch(refresh, [b"a", b"b"])
+    assert calls == [[b"a", b"b"]] * 3
+
+
+def test_a_batch_is_given_up_after_its_tries_or_on_another_error():
+    refresh, calls = _refresh_failing([dc.Timeout("busy")] * (_TRIES + 1))
+    refresh_batch(refresh, [b"a"])
+    assert len(calls) == _TRIES
+    refresh, calls = _refresh_failing([ValueError("foreign value"), dc.Timeout("busy")])
+    refresh_batch(refresh, [b"a"])
+    assert len(calls) == 1
