@@ -46,13 +46,17 @@ class ThreadState:
     """One thread's connection to one cache, and the files its open transaction touched."""
 
     __slots__ = (
-        "con", "execute", "released", "created", "depth", "thread", "new_value", "versions",
-        "charge", "reader",
+        "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
+        "versions", "charge", "reader",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
         self.con = con
         self.execute: Callable[..., sqlite3.Cursor] = con.execute
+        # For reads whose rows are all fetched at once (``fetchall``: the statement has then run
+        # to its end and been reset, so no read transaction stays open between calls): one
+        # cursor, reused, saves ``con.execute`` making a new one (~0.2 us a get, measured).
+        self.read: Callable[..., Any] = con.cursor().execute
         # Value files that committed-or-pending statements stopped naming (filled by a trigger).
         self.released: list[str] = []
         # Value files written for rows of the open transaction (removed if it rolls back).
@@ -126,6 +130,7 @@ class ConnectionPool:
             self._states.append(state)
         self.local.state = state
         self.local.execute = state.execute
+        self.local.read = state.read
         return state
 
     def _open_state(self) -> ThreadState:
@@ -133,7 +138,7 @@ class ConnectionPool:
             state = ThreadState(sqlite3.connect(":memory:", check_same_thread=False),
                                 threading.current_thread())  # stands in: never written
             state.reader = ReadOnlyReader(self)
-            state.execute = state.reader.execute
+            state.execute = state.read = state.reader.execute
             return state
         con = self.connect()  # the setup below waits out another process's WAL recovery
         try:
@@ -210,7 +215,7 @@ class ConnectionPool:
     def _forget_thread_state(self) -> None:
         """Forget the calling thread's connection (closed, or not its own to use): the next call
         opens a new one."""
-        for name in ("state", "execute"):
+        for name in ("state", "execute", "read"):
             try:
                 delattr(self.local, name)
             except AttributeError:
@@ -223,6 +228,7 @@ class ConnectionPool:
             return
         del self.local.state
         del self.local.execute
+        del self.local.read
         with self._lock:
             if state in self._states:
                 self._states.remove(state)

@@ -57,7 +57,7 @@ class Queues:
                 number += 1 if side == "back" else -1
             db_key = number if prefix is None else f"{prefix}-{number:015d}"
             try:
-                state.execute(sql.INSERT, (db_key, True, now, expires, tag, size, mode, filename, db_value))
+                state.execute(sql.INSERT, (db_key, 1, now, expires, tag, size, mode, filename, db_value))
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
                 check_bindable("value", db_value)  # (the rollback removes any value file)
                 raise

@@ -88,7 +88,7 @@ def _split_cluster(url: str) -> tuple[str, bool]:
     return plain, wanted
 
 
-def encode_key(db_key: Any, raw: bool) -> bytes:
+def encode_key(db_key: Any, raw: int) -> bytes:
     """The Redis name of a database key, without the prefix: a type mark, then the key.
 
     Keys the database treats as equal get the same name (``1`` and ``1.0``).

@@ -117,7 +117,8 @@ class RemoteTier:
         self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool
     ) -> Any:
         disk = self._disk
-        db_key, raw = disk.put(key)
+        db_key, flag = disk.put(key)
+        raw = 1 if flag else 0  # the int SQLite stores (see put_key)
         if type(db_key) is float and db_key != db_key:
             check_key(db_key)  # NaN: a key no write accepts
         name = encode_key(db_key, raw)

@@ -84,9 +84,9 @@ class Store:
     def read(self, statement: str, params: Any = ()) -> list[Any]:
         """Run a read statement; reads never wait on writers in WAL mode, but may retry."""
         try:
-            execute = self.local.execute
+            execute = self.local.read
         except AttributeError:
-            execute = self.pool.state().execute
+            execute = self.pool.state().read
         try:
             rows: list[Any] = execute(statement, params).fetchall()
             return rows
