@@ -165,3 +165,38 @@ def test_forks_while_the_thread_works_leave_every_process_whole(tmp_path):
     assert len(cache) == 5 * 100 + 5 * 150
     assert cache.check() == []
     cache.close()
+
+
+def truncate_checkpoint_busy(cache: dc.Cache) -> int:
+    """Try to checkpoint the whole WAL and start it over, not waiting: 1 while a reader's
+    snapshot holds frames back."""
+    con = sqlite3.connect(database(cache), timeout=0)
+    try:
+        return int(con.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchone()[0])
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize('memory_size_limit', [0, 2**22])
+def test_reads_leave_no_snapshot_open_between_calls(tmp_path, memory_size_limit):
+    # Reads reuse one cursor per connection: a statement left unfinished there would keep this
+    # thread's read transaction, its snapshot, open after the call, and no checkpoint could
+    # then start the WAL over until the next read on that cursor.
+    cache = dc.Cache(str(tmp_path / 'c'), memory_size_limit=memory_size_limit)
+    writer = dc.Cache(cache.directory)  # another object: `cache`'s memory tier holds none of it
+    for index in range(20):
+        writer.set(f'k{index}', index)
+    # The check sees a held snapshot: a statement left with rows to go on the read cursor.
+    pending = cache._store.state().read('SELECT key FROM Cache')
+    assert pending.fetchone() is not None
+    writer.set('later', 0)
+    assert truncate_checkpoint_busy(cache) == 1
+    pending.fetchall()
+    reads = (lambda: len(cache) == 21, lambda: 'k2' in cache, lambda: cache.get('k1') == 1,
+             lambda: sorted(cache)[:2] == ['k0', 'k1'])  # iteration: pages of many rows
+    for read in reads:
+        assert read()  # each found what it reads in the database
+        writer.set('later', 1)  # frames past the snapshot that read may have kept
+        assert truncate_checkpoint_busy(cache) == 0
+    writer.close()
+    cache.close()
