@@ -39,7 +39,7 @@ import weakref
 from typing import Any, Callable, Protocol
 
 from . import _schema as sql
-from ._errors import DiskCacheError
+from ._errors import DiskCacheError, Timeout, is_busy
 
 __all__ = ["BACKSTOP_PAGES", "forget", "note_commit", "rounds"]
 
@@ -160,8 +160,10 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
         if con.execute(sql.AUTO_VACUUM).fetchone()[0] == sql.INCREMENTAL_VACUUM:
             (free,) = con.execute(sql.FREELIST_COUNT).fetchone()
             (pages,) = con.execute(sql.PAGE_COUNT).fetchone()
-    except sqlite3.Error:
-        return False  # busy or closed meanwhile: the next round tries again
+    except sqlite3.Error as error:
+        # Busy for a moment (another connection recovers or restarts the WAL): pages known to
+        # be left are tried again next round. Another error: after the next commit.
+        return is_busy(error) and store.free_pages_left
     finally:
         con.close()
     store.free_pages_left = free > TRIM_MIN_PAGES and free * 8 > pages
@@ -169,8 +171,10 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
         return False
     try:
         store.return_free_pages(TRIM_PAGES, timeout=0.0)  # one try for the write lock
+    except Timeout:
+        return True  # the write lock was busy: again next round (the cache may go quiet now)
     except (DiskCacheError, sqlite3.Error, OSError):
-        return False  # busy, read-only now, full disk: a round after the next commit retries
+        return False  # read-only now, full disk: a round after the next commit retries
     finally:
         store.pool.close_current()  # none left open to a fork or to close()
     return True

@@ -329,6 +329,9 @@ INTEGRITY_CHECK = "PRAGMA integrity_check"
 AUTO_VACUUM = "PRAGMA auto_vacuum"
 INCREMENTAL_VACUUM = 2  # AUTO_VACUUM's answer where free pages stay until returned
 FREELIST_COUNT = "PRAGMA freelist_count"
+# Returns one free page per step; Python's sqlite3 steps a statement once per execute (an
+# ``incremental_vacuum(N)`` returns one page there, not N): run once per page.
+RETURN_FREE_PAGE = "PRAGMA incremental_vacuum(1)"
 PAGE_COUNT = "PRAGMA page_count"
 VACUUM = "VACUUM"
 

@@ -25,7 +25,7 @@ from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff
 from ._memory import publish
-from ._schema import set_pragma
+from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
 __all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 
@@ -242,7 +242,9 @@ class Store:
         """Return up to `pages` free pages to the file system, in one transaction (a database
         with incremental auto-vacuum; nothing otherwise). `timeout`: as for `transaction`."""
         with self.transaction(timeout=timeout) as state:
-            state.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+            (free,) = state.execute(FREELIST_COUNT).fetchone()
+            for _ in range(min(int(pages), free)):
+                state.execute(RETURN_FREE_PAGE).fetchall()
 
     def _publish(self, state: ThreadState) -> None:
         """The transaction that bumped ``state.versions`` has ended without commit work."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -106,6 +107,61 @@ def test_free_pages_are_returned_in_the_background(tmp_path):
     assert wait_for(trimmed)
     assert pragma(cache, 'page_count') < 500 * 3 // 2  # well below the 1500 pages of 500 values
     assert sorted(cache) == list(range(450, 500)) + list(range(1000, 1200))
+    cache.close()
+
+
+def test_a_trim_that_finds_the_lock_busy_is_tried_again_with_no_write_after(tmp_path):
+    """The thread's one try for the write lock fails (Timeout, as Store raises it when another
+    connection writes); the cache is not written again, so no commit notes it anew: the thread
+    itself must come back to the pages it knows are free."""
+    cache = dc.Cache(str(tmp_path / 'c'))
+    store = cache._store
+    real_return = store.return_free_pages
+    written = threading.Event()
+    busy_after = []
+
+    def busy_until_twice_after_the_writes(pages, timeout=None):
+        if timeout == 0.0:  # the thread's one try (the evictor waits)
+            if not written.is_set():
+                raise dc.Timeout('database is locked')
+            if len(busy_after) < 2:
+                busy_after.append(pages)
+                raise dc.Timeout('database is locked')
+        real_return(pages, timeout)
+
+    store.return_free_pages = busy_until_twice_after_the_writes
+    for number in range(500):
+        cache.set(number, VALUE)
+    for number in range(450):
+        del cache[number]  # the last write: the free pages stay until the thread returns them
+    written.set()
+
+    def trimmed() -> bool:
+        pages = pragma(cache, 'page_count')
+        return pragma(cache, 'freelist_count') <= max(_checkpointer.TRIM_MIN_PAGES, pages // 8)
+
+    assert wait_for(trimmed)
+    assert len(busy_after) == 2
+    cache.close()
+
+
+def test_one_call_returns_as_many_free_pages_as_asked(tmp_path):
+    """SQLite's incremental_vacuum(N) returns one page per step and Python's sqlite3 steps a
+    statement once per execute: Store.return_free_pages must still return N, not 1."""
+    cache = dc.Cache(str(tmp_path / 'c'))
+    with cache.transact():
+        for number in range(100):
+            cache.set(number, VALUE)
+    with cache.transact():
+        for number in range(60):
+            del cache[number]
+    free = pragma(cache, 'freelist_count')
+    assert 100 < free <= _checkpointer.TRIM_MIN_PAGES  # the thread leaves this many alone
+    cache._store.return_free_pages(100)
+    assert pragma(cache, 'freelist_count') == free - 100
+    cache._store.return_free_pages(10_000)  # no more than there are
+    assert pragma(cache, 'freelist_count') == 0
+    assert sorted(cache) == list(range(60, 100))
     cache.close()
 
 
