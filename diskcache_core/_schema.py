@@ -171,38 +171,34 @@ SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIR
 # A row for the key, expired or not (a near cache's copy the listener may refresh).
 SELECT_HELD = "SELECT 1 FROM Cache WHERE key = ? AND raw = ?"
 
-_INSERT = (
+_INSERT_INTO = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
-    " tag, size, mode, filename, value) VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
+    " tag, size, mode, filename, value)"
 )
+_INSERT = _INSERT_INTO + " VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
 # An overwrite leaves store_time/access_time/access_count alone: moving their index entries
 # would double the cost of the statement. The refresh is recorded by the AccessLog instead and
 # written in batches (see _access.py).
-_REPLACE_COLUMNS = (
+_ON_CONFLICT_REPLACE = (
+    " ON CONFLICT(key, raw) DO UPDATE SET"
     " expire_time = excluded.expire_time, tag = excluded.tag, size = excluded.size,"
     " mode = excluded.mode, filename = excluded.filename, value = excluded.value"
 )
+_ONLY_IF_EXPIRED = " WHERE expire_time IS NOT NULL AND expire_time <= ?3"
 # One statement per set: the row's previous value file is reported by a trigger (see
 # RELEASE_TRIGGERS) and removed once the statement has committed.
-UPSERT = _INSERT + " ON CONFLICT(key, raw) DO UPDATE SET" + _REPLACE_COLUMNS
+UPSERT = _INSERT + _ON_CONFLICT_REPLACE
 # add: replaces only an expired row; rowcount is 0 when a live item was there.
-ADD = _INSERT + " ON CONFLICT(key, raw) DO UPDATE SET" + _REPLACE_COLUMNS + (
-    " WHERE expire_time IS NOT NULL AND expire_time <= ?3"
-)
+ADD = UPSERT + _ONLY_IF_EXPIRED
 INSERT = _INSERT
 # set and add of the commonest item: no expiry, no tag, the value inline. The NULLs are in the
 # text: each None parameter costs the sqlite3 module an adapter lookup (~0.4 us here, as a bool
 # or bytes one does; ints, floats and str bind directly), three per set. Parameters: key, raw,
 # now, size, mode, value.
-_INSERT_PLAIN = (
-    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
-    " tag, size, mode, filename, value) VALUES (?1, ?2, ?3, NULL, ?3, 0, NULL, ?4, ?5, NULL, ?6)"
-)
+_INSERT_PLAIN = _INSERT_INTO + " VALUES (?1, ?2, ?3, NULL, ?3, 0, NULL, ?4, ?5, NULL, ?6)"
 PLAIN_VARIANT = {
-    UPSERT: _INSERT_PLAIN + " ON CONFLICT(key, raw) DO UPDATE SET" + _REPLACE_COLUMNS,
-    ADD: _INSERT_PLAIN + " ON CONFLICT(key, raw) DO UPDATE SET" + _REPLACE_COLUMNS + (
-        " WHERE expire_time IS NOT NULL AND expire_time <= ?3"
-    ),
+    UPSERT: _INSERT_PLAIN + _ON_CONFLICT_REPLACE,
+    ADD: _INSERT_PLAIN + _ON_CONFLICT_REPLACE + _ONLY_IF_EXPIRED,
 }
 
 # Only a live item is deleted (expired ones are left to expire/cull, as in python-diskcache);

@@ -239,8 +239,9 @@ class Store:
         return published
 
     def return_free_pages(self, pages: int, timeout: float | None = None) -> None:
-        """Return up to `pages` free pages to the file system, in one transaction (a database
-        with incremental auto-vacuum; nothing otherwise). `timeout`: as for `transaction`."""
+        """Return up to `pages` free pages to the file system, in one transaction. Only a
+        database with incremental auto-vacuum returns any: callers check that first (elsewhere
+        each step of the loop does nothing). `timeout`: as for `transaction`."""
         with self.transaction(timeout=timeout) as state:
             (free,) = state.execute(FREELIST_COUNT).fetchone()
             for _ in range(min(int(pages), free)):
