@@ -26,7 +26,8 @@ and a round checkpoints from `_PASS_BYTES` on.
 The thread runs only while some cache was written since its last round. It holds `busy` for a
 round, and fork() waits for that: a child never inherits SQLite in the middle of a statement.
 Each round opens and closes its own connections, so none is left to a fork, and ``close()``
-waits only for a round working on its own cache (so that the last close still removes the WAL).
+waits only for a round working on its own cache, and makes a round that took it before skip it
+(so that the cache's last close is SQLite's last: it checkpoints and removes the WAL).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class _Checkpointer:
 
     def __init__(self) -> None:
         self.noted: dict[int, weakref.ref[Any]] = {}
+        # Stores closed since they were noted: a round that took them before the close skips
+        # them, or its connection, opened after the close, would outlive the cache's last one.
+        self.closed: weakref.WeakSet[Any] = weakref.WeakSet()
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()  # guards `noted`, `thread` and `current`
         self.round_done = threading.Condition(self.lock)
@@ -82,6 +86,7 @@ class _Checkpointer:
     def note(self, store: Checkpointed) -> None:
         with self.lock:
             self.noted[id(store)] = weakref.ref(store)
+            self.closed.discard(store)
             _known.add(store)
             if self.thread is None:
                 self.thread = threading.Thread(
@@ -93,6 +98,7 @@ class _Checkpointer:
         """Drop `store` until its next write, once no round is working on it."""
         with self.lock:
             self.noted.pop(id(store), None)
+            self.closed.add(store)
             store.wal_noted = False
             while self.current is store:
                 self.cut_short = True  # no further passes: the round ends after this one
@@ -119,6 +125,8 @@ class _Checkpointer:
 
     def _work_on(self, store: Checkpointed) -> None:
         with self.lock:
+            if store in self.closed:
+                return  # closed since this round took it
             self.current = store
             self.cut_short = False
         more = False

@@ -200,6 +200,40 @@ def test_a_failing_round_does_not_stop_the_thread(tmp_path, monkeypatch):
     cache.close()
 
 
+def test_a_round_that_took_a_cache_before_it_closed_skips_it(tmp_path, monkeypatch):
+    # The thread takes the caches to work on, then a close() comes before it starts on this
+    # one. Working on it then would open a connection after the close: the cache's files (the
+    # WAL, the database file at that connection's checkpoint) would change after close().
+    took = threading.Event()
+    closed = threading.Event()
+    worked = []
+    real_work_on = _checkpointer._checkpointer._work_on
+    real_round = _checkpointer._round
+
+    def late_work_on(store):
+        took.set()
+        closed.wait(30)
+        real_work_on(store)
+
+    def recording_round(store, go_on):
+        worked.append(store)
+        return real_round(store, go_on)
+
+    monkeypatch.setattr(_checkpointer._checkpointer, '_work_on', late_work_on)
+    monkeypatch.setattr(_checkpointer, '_round', recording_round)
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(300):
+        cache.set(number, VALUE)
+    assert took.wait(30)
+    cache.close()
+    closed.set()
+    assert not os.path.exists(database(cache) + '-wal')  # the last close removed it
+    rounds = _checkpointer.rounds()
+    assert wait_for(lambda: _checkpointer.rounds() > rounds)
+    assert cache._store not in worked
+    assert not os.path.exists(database(cache) + '-wal')
+
+
 @pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs fork()')
 def test_forks_while_the_thread_works_leave_every_process_whole(tmp_path):
     cache = dc.Cache(str(tmp_path / 'c'))
