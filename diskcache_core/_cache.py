@@ -83,10 +83,17 @@ class Cache(CacheBase, AsyncCacheMixin):
         """
         if self._remote is not None:
             return self._remote.get(key, default, read, expire_time, tag)
-        memory = self._memory
+        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
-        if memory is not None and not (read or expire_time or tag):
+        if memory is None:
+            memory = self._memory
+            if memory is not None and not read:  # sampled: the tier rarely answers, skipped
+                memory.misses += 1
+                memory.skip -= 1
+                if memory.skip <= 0:
+                    self._lookups = memory  # the next get looks it up
+        elif not (read or expire_time or tag):
             # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
             # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
             kind = type(key)
@@ -104,10 +111,12 @@ class Cache(CacheBase, AsyncCacheMixin):
                 recent = memory.recent
                 if seen not in recent:
                     memory.misses += 1
-                    if len(recent) >= memory.forget_after:
-                        recent.clear()
+                    if memory.hits + memory.misses >= memory.forget_at:
+                        memory.forget_recent()
                     recent.add(seen)
                     refill = False
+                    if memory.gap:
+                        self._lookups = memory.sampled_miss()
             elif memory.words[entry.word] == entry.tag:
                 expires = entry.expire_time
                 if expires is None or expires > _now():
@@ -126,7 +135,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                     return self._disk.fetch(mode, None, entry.stored, False)
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
-        if plain:
+        if plain or ((type(key) is str or type(key) is bytes) and self._plain_keys):
             db_key, raw = key, 1  # raw as an int: a bool parameter costs sqlite3 ~0.4 us
         else:
             db_key, raw = self._disk.put(key)

@@ -93,8 +93,13 @@ class CacheBase:
         self._queues = Queues(self._store, opened.disk)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
         self._plain_fetch = type(opened.disk).fetch is Disk.fetch
+        # With the standard Disk.put, str and bytes keys are their own database key (raw).
+        self._plain_keys = type(opened.disk).put is Disk.put
         self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
         self._memory: MemoryTier | None = None
+        # What Cache.get looks up first: the memory tier, or None while it is off or while a
+        # sampled tier (_memory.py, "Sampling") is skipped.
+        self._lookups: MemoryTier | None = None
         # With a remote (Redis holds the items): the tier every item operation goes through.
         self._remote: RemoteTier | None = None
         if code_only.get("remote") is not None:
@@ -223,12 +228,13 @@ class CacheBase:
             # Off (or impossible: read-only media that another process may still change).
             self._memory = None
         elif self._memory is None:
-            plain_keys = type(self._disk).put is Disk.put
             self._memory = MemoryTier(
-                words, size_limit, item_limit, plain_keys, self._native_numbers, self._disk.put
+                words, size_limit, item_limit, self._plain_keys, self._native_numbers,
+                self._disk.put,
             )
         else:
             self._memory.set_limits(size_limit, item_limit)
+        self._lookups = self._memory
 
     @property
     def memory_size_limit(self) -> int:

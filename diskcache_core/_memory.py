@@ -77,6 +77,17 @@ _now = time.time
 # A rough per-entry cost in bytes beyond the key and value (the entry tuple, the map's node and
 # slot): counted towards memory_size_limit so that many small items cannot exceed it by much.
 ENTRY_OVERHEAD = 200
+# Sampling: a tier that answers fewer than one lookup in RARE_HITS (over a window of at least
+# REVIEW_MISSES misses, ended when the window of keys seen lately ends) is looked up by one get
+# in SAMPLE_GAP + 1; by every get again once one sampled lookup in COMMON_HITS hits (over
+# SAMPLED_REVIEW sampled misses). A hit saves 4 us or more; a lookup that misses costs 0.15 us
+# (a small database) to 0.4 us (one far larger than the CPU's caches; measured): sampling gains
+# below one hit in 10 to 25 lookups, and both thresholds stay under that.
+RARE_HITS = 32
+COMMON_HITS = 16
+REVIEW_MISSES = 1024
+SAMPLE_GAP = 7
+SAMPLED_REVIEW = 128
 # Values of these exact types are kept as they are and returned as the same object: they are
 # immutable. Any other value is kept serialized and decoded afresh on each hit.
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
@@ -244,11 +255,22 @@ class MemoryTier:
         # Admission: the hashes of keys read (or written) lately and not kept. A read keeps a
         # key (with no entry) only if it was seen lately: a key read once is not worth a fill.
         # A write keeps its value also while the map has room to spare. Once the map is full,
-        # "lately" is within as many distinct keys as it holds: a scan over more items than fit
-        # neither flushes the map nor pays for filling it. A set of hashes (not a bitmap): two
-        # operations per miss, where Python's bit arithmetic cost a miss ~10% (measured).
+        # "lately" is within as many gets as it holds items (`forget_after`; the set is emptied
+        # when the count of gets, hits plus misses, reaches `forget_at`): a cyclic scan over more
+        # items than fit neither flushes the map nor pays for filling it. A set of hashes (not
+        # a bitmap): two operations per miss, where Python's bit arithmetic cost a miss ~10%.
         self.recent: set[int] = set()
         self.forget_after = item_limit
+        self.forget_at = item_limit
+        # Sampling (`review`): while the tier answers fewer than one lookup in RARE_HITS, a get
+        # that misses it makes the next `gap` gets skip it (`skip` counts them down in
+        # Cache.get): a workload whose hot set does not fit would pay a lookup that cannot hit
+        # on nearly every get. A sampled get still looks up, keeps and notes keys, and a hit
+        # does not start a gap: a hot set that appears is found, and ends the sampling.
+        self.skip = 0
+        self.gap = 0
+        self._reviewed = (0, 0)  # hits and misses at the last review
+        self._samples_left = SAMPLED_REVIEW
         self._put = put
         _tiers.add(self)
 
@@ -392,23 +414,64 @@ class MemoryTier:
         recent = self.recent
         if seen in recent:
             return True
-        if len(recent) >= self.forget_after:
-            recent.clear()
+        # Writes note keys too, and gets are the clock: the set's size bounds it between gets.
+        if self.hits + self.misses >= self.forget_at or len(recent) >= self.forget_after:
+            self.forget_recent()
         recent.add(seen)
         return False
+
+    def forget_recent(self) -> None:
+        """The window of keys seen lately has passed: start it afresh, and review how often the
+        tier answers (over at least REVIEW_MISSES misses)."""
+        self.recent.clear()
+        self.forget_at = self.hits + self.misses + self.forget_after
+        if not self.gap and self.misses - self._reviewed[1] >= REVIEW_MISSES:
+            self.review()
+
+    def sampled_miss(self) -> MemoryTier | None:
+        """While sampling: a get that looked the tier up missed it. The next `gap` gets skip the
+        tier (each counted as a miss); every SAMPLED_REVIEW such misses, `review`. Returns what
+        the next get looks up: None (it skips the tier), or the tier when sampling stopped."""
+        self._samples_left -= 1
+        if self._samples_left <= 0:
+            self._samples_left = SAMPLED_REVIEW
+            self.review()
+            if not self.gap:
+                return self
+        self.skip = self.gap
+        return None
+
+    def review(self) -> None:
+        """Start or stop sampling by how often lookups hit since the last review."""
+        last_hits, last_misses = self._reviewed
+        hits, misses = self.hits - last_hits, self.misses - last_misses
+        self._reviewed = (self.hits, self.misses)
+        if hits < 0 or misses < 0:  # stats were reset since: no window to judge
+            return
+        gap = self.gap
+        lookups = hits + misses // (gap + 1)  # skipped gets are counted as misses
+        if not gap:
+            if hits * RARE_HITS < lookups:
+                self.gap = SAMPLE_GAP
+                self._samples_left = SAMPLED_REVIEW
+        elif hits * COMMON_HITS >= lookups:  # every get looks the tier up again
+            self.gap = self.skip = 0
 
     def forget(self) -> None:
         """Forget which keys were seen lately."""
         self.recent.clear()
+        self.forget_at = self.hits + self.misses + self.forget_after
 
     def _update_forget_after(self) -> None:
-        # When the map is full: forget after as many lookups as it holds items (so a cyclic scan
-        # over more items than fit is not kept at all); while it has room, after as many as it
-        # may hold.
+        # When the map is full: forget after as many gets as it holds items (so a cyclic scan
+        # over more items than fit is not kept at all: each key comes back after more gets than
+        # that); while it has room, after as many as it may hold.
         if self.size >= self.spare_size or len(self.entries) >= self.spare_items:
-            self.forget_after = len(self.entries) + 128
+            forget_after = len(self.entries)
         else:
-            self.forget_after = self.item_limit
+            forget_after = self.item_limit
+        self.forget_after = forget_after
+        self.forget_at = min(self.forget_at, self.hits + self.misses + forget_after)
 
     def admits_write(self, map_key: Hashable) -> bool:
         """Whether a write of a key with no entry keeps its value: when the map has room to
@@ -493,7 +556,7 @@ class MemoryTier:
             self.entries.clear()
             self.size = 0
             self._update_forget_after()
-        self.recent.clear()
+        self.forget()
 
     def set_limits(self, size_limit: int, item_limit: int) -> None:
         """New bounds; entries beyond them are evicted at once."""
@@ -509,6 +572,8 @@ class MemoryTier:
         )
         if reset:
             self.hits = self.misses = 0
+            self._reviewed = (0, 0)
+            self.forget_at = min(self.forget_at, self.forget_after)
         return result
 
     def reset_after_fork(self) -> None:

@@ -193,6 +193,30 @@ def test_a_scan_larger_than_memory_does_not_flush_it(make_store):
     assert cache.memory_stats().hits > 3 * 40  # the keys that fitted at first stay
 
 
+def test_a_cycle_a_little_larger_than_memory_keeps_what_fits(make_store):
+    # Each key comes back after 120 gets, more than the map holds: none is worth a fill (it
+    # would evict a key that comes back sooner), and the keys kept at first keep answering.
+    cache = make_store(memory_item_limit=50)
+    for number in range(120):
+        cache.set(number, number)  # kept while the map has room
+    for _ in range(3):
+        for number in range(120):
+            assert cache.get(number) == number
+    before = hits(cache)
+    for _ in range(5):
+        for number in range(120):
+            assert cache.get(number) == number
+    assert hits(cache) - before >= 5 * 40
+
+
+def test_keys_noted_by_writes_alone_stay_bounded(make_store):
+    cache = make_store(memory_item_limit=50)
+    for number in range(5_000):  # no gets: writes note the keys they do not keep
+        cache.set(number, number)
+    assert len(cache._memory.recent) <= 2 * 50  # bounded by the map's items, not the writes
+    assert cache.memory_stats().items <= 50
+
+
 def test_keys_of_every_kind(store, make_store):
     keys = ['s', b'b', 1, 2.5, 2**70, -0.0, (1, 'tuple'), True, frozenset({1})]
     for number, key in enumerate(keys):

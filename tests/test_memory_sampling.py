@@ -1,0 +1,133 @@
+"""Sampling of a memory tier that rarely answers (``_memory.py``, "Sampling").
+
+When fewer than one get in 32 is answered from memory, most gets skip the tier: a lookup that
+cannot hit costs a few tenths of a microsecond of CPU cache misses. One get in eight still looks
+it up, keeps and notes keys, so a hot set that appears is found and sampling ends. Skipped gets
+read SQLite, so they are as exact as any read; they count as misses.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from typing import Any
+
+import diskcache_core as dc
+from diskcache_core import _memory
+
+ITEMS = 5_000
+
+
+class CountingEntries(OrderedDict):  # type: ignore[type-arg]
+    """The tier's map, counting the lookups of gets (Cache.get calls its ``get``)."""
+
+    lookups = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.lookups += 1
+        return super().get(key, default)
+
+
+def count_lookups(cache: dc.Cache) -> CountingEntries:
+    memory = cache._memory
+    counting = CountingEntries(memory.entries)
+    memory.entries = counting
+    return counting
+
+
+def filled(make_store: Any, **settings: Any) -> dc.Cache:
+    """A reader over ITEMS items written by another Cache object (its tier keeps none)."""
+    writer = make_store()
+    with writer.transact():
+        for number in range(ITEMS):
+            writer.set(f'key-{number}', number)
+    return make_store(memory_item_limit=100, **settings)
+
+
+def uniform_gets(cache: dc.Cache, count: int, seed: int = 0) -> None:
+    draw = random.Random(seed)
+    for _ in range(count):
+        number = draw.randrange(ITEMS)
+        assert cache.get(f'key-{number}') == number
+
+
+def test_a_tier_that_rarely_answers_is_skipped_by_most_gets(make_store):
+    cache = filled(make_store)
+    entries = count_lookups(cache)
+    uniform_gets(cache, 200)
+    assert entries.lookups >= 200  # a fresh tier is looked up by every get (and by fills)
+    uniform_gets(cache, 20_000, seed=1)  # about 2 gets in 100 could hit
+    before = entries.lookups
+    uniform_gets(cache, 8_000, seed=2)
+    sampled = entries.lookups - before
+    assert 8_000 // (_memory.SAMPLE_GAP + 1) <= sampled < 8_000 // 4
+    stats = cache.memory_stats()
+    assert stats.hits + stats.misses == 28_200  # every get counted once
+
+
+def test_sampling_ends_when_a_hot_set_appears(make_store):
+    cache = filled(make_store)
+    uniform_gets(cache, 20_000)
+    entries = count_lookups(cache)
+    before = entries.lookups
+    uniform_gets(cache, 800, seed=1)
+    assert entries.lookups - before < 400  # sampling
+    hot = [f'key-{number}' for number in range(20)]
+    for _ in range(300):
+        for key in hot:
+            cache.get(key)
+    before_hits, before = cache.memory_stats().hits, entries.lookups
+    for _ in range(50):
+        for key in hot:
+            cache.get(key)
+    assert cache.memory_stats().hits - before_hits == 1_000  # every get answered from memory
+    assert entries.lookups - before == 1_000
+
+
+def test_sampled_gets_see_every_write_of_another_cache_object(make_store):
+    cache = filled(make_store)
+    writer = make_store()
+    uniform_gets(cache, 20_000)
+    draw = random.Random(3)
+    current = {f'key-{number}': number for number in range(ITEMS)}
+    keys = list(current)[:50]  # few keys: the tier holds some of them
+    for step in range(6_000):
+        key = draw.choice(keys)
+        if step % 10 == 0:
+            current[key] = ('new', step)
+            writer.set(key, current[key])
+        elif step % 97 == 0:
+            writer.delete(key)
+            current[key] = None
+        assert cache.get(key) == current[key]
+
+
+def test_statistics_reset_and_new_limits_while_sampling(make_store):
+    cache = filled(make_store)
+    uniform_gets(cache, 20_000)
+    assert cache.memory_stats(reset=True).misses > 0
+    uniform_gets(cache, 3_000, seed=1)
+    stats = cache.memory_stats()
+    assert stats.hits + stats.misses == 3_000
+    cache.memory_item_limit = 50
+    uniform_gets(cache, 3_000, seed=2)
+    cache.memory_item_limit = 0  # off: gets read SQLite alone
+    uniform_gets(cache, 500, seed=3)
+    assert cache.memory_stats().items == 0
+    cache.memory_item_limit = 100
+    uniform_gets(cache, 500, seed=4)
+
+
+def test_a_fanout_cache_samples_each_shard(tmp_path):
+    writer = dc.FanoutCache(str(tmp_path), shards=4)
+    for number in range(ITEMS):
+        writer.set(f'key-{number}', number)
+    cache = dc.FanoutCache(str(tmp_path), shards=4, memory_item_limit=80)  # 20 of 1,250 per shard
+    try:
+        uniform_gets(cache, 40_000)
+        stats = cache.memory_stats()
+        assert stats.hits + stats.misses == 40_000
+        assert all(shard._memory.gap for shard in cache._shards)
+    finally:
+        cache.close()
+        writer.close()
