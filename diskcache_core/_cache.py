@@ -91,7 +91,7 @@ class Cache(CacheBase, AsyncCacheMixin):
             if memory is not None and not read:  # sampled: the tier rarely answers, skipped
                 memory.misses += 1
                 memory.skip -= 1
-                if memory.skip <= 0:
+                if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
                     self._lookups = memory  # the next get looks it up
         elif not (read or expire_time or tag):
             # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
@@ -116,7 +116,9 @@ class Cache(CacheBase, AsyncCacheMixin):
                     recent.add(seen)
                     refill = False
                     if memory.gap:
-                        self._lookups = memory.sampled_miss()
+                        following = memory.sampled_miss()
+                        if memory is self._memory:  # (not turned off meanwhile)
+                            self._lookups = following
             elif memory.words[entry.word] == entry.tag:
                 expires = entry.expire_time
                 if expires is None or expires > _now():

@@ -226,6 +226,8 @@ class CacheBase:
         words = self._store.words
         if not size_limit or not item_limit or words is None:
             # Off (or impossible: read-only media that another process may still change).
+            if self._memory is not None:
+                self._memory.set_limits(0, 0)  # empty, and keeping nothing, for a get under way
             self._memory = None
         elif self._memory is None:
             self._memory = MemoryTier(

@@ -81,8 +81,8 @@ ENTRY_OVERHEAD = 200
 # REVIEW_MISSES misses, ended when the window of keys seen lately ends) is looked up by one get
 # in SAMPLE_GAP + 1; by every get again once one sampled lookup in COMMON_HITS hits (over
 # SAMPLED_REVIEW sampled misses). A hit saves 4 us or more; a lookup that misses costs 0.15 us
-# (a small database) to 0.4 us (one far larger than the CPU's caches; measured): sampling gains
-# below one hit in 10 to 25 lookups, and both thresholds stay under that.
+# (a small database) to 0.4-0.8 us (one far larger than the CPU's caches; measured): sampling
+# gains below one hit in 5 to 25 lookups, and both thresholds stay under that.
 RARE_HITS = 32
 COMMON_HITS = 16
 REVIEW_MISSES = 1024

@@ -226,9 +226,9 @@ def test_a_round_that_took_a_cache_before_it_closed_skips_it(tmp_path, monkeypat
         cache.set(number, VALUE)
     assert took.wait(30)
     cache.close()
-    closed.set()
     assert not os.path.exists(database(cache) + '-wal')  # the last close removed it
-    rounds = _checkpointer.rounds()
+    rounds = _checkpointer.rounds()  # the held round counts once it ends
+    closed.set()
     assert wait_for(lambda: _checkpointer.rounds() > rounds)
     assert cache._store not in worked
     assert not os.path.exists(database(cache) + '-wal')

@@ -131,3 +131,19 @@ def test_a_fanout_cache_samples_each_shard(tmp_path):
     finally:
         cache.close()
         writer.close()
+
+
+def test_a_tier_turned_off_under_a_get_keeps_and_answers_nothing(make_store):
+    cache = make_store()
+    writer = make_store()
+    cache.set('key', 1)
+    tier = cache._memory
+    assert len(tier.entries) == 1
+    cache.memory_item_limit = 0
+    # A get under way (a sampled one whose gap ended) stored the old tier back just now.
+    cache._lookups = tier
+    for value in range(2, 6):
+        writer.set('key', value)
+        assert cache.get('key') == value
+        assert cache.get('key') == value
+    assert len(tier.entries) == 0
