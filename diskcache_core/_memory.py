@@ -80,9 +80,9 @@ ENTRY_OVERHEAD = 200
 # Sampling: a tier that answers fewer than one lookup in RARE_HITS (over a window of at least
 # REVIEW_MISSES misses, ended when the window of keys seen lately ends) is looked up by one get
 # in SAMPLE_GAP + 1; by every get again once one sampled lookup in COMMON_HITS hits (over
-# SAMPLED_REVIEW sampled misses). A hit saves 4 us or more; a lookup that misses costs 0.15 us
+# SAMPLED_REVIEW sampled misses). A hit saves 4 us or more; a lookup that misses costs 0.2-0.3 us
 # (a small database) to 0.4-0.8 us (one far larger than the CPU's caches; measured): sampling
-# gains below one hit in 5 to 25 lookups, and both thresholds stay under that.
+# gains below one hit in 20 to 5 lookups, and both thresholds stay under that.
 RARE_HITS = 32
 COMMON_HITS = 16
 REVIEW_MISSES = 1024
@@ -423,8 +423,7 @@ class MemoryTier:
     def forget_recent(self) -> None:
         """The window of keys seen lately has passed: start it afresh, and review how often the
         tier answers (over at least REVIEW_MISSES misses)."""
-        self.recent.clear()
-        self.forget_at = self.hits + self.misses + self.forget_after
+        self.forget()
         if not self.gap and self.misses - self._reviewed[1] >= REVIEW_MISSES:
             self.review()
 
@@ -446,7 +445,7 @@ class MemoryTier:
         last_hits, last_misses = self._reviewed
         hits, misses = self.hits - last_hits, self.misses - last_misses
         self._reviewed = (self.hits, self.misses)
-        if hits < 0 or misses < 0:  # stats were reset since: no window to judge
+        if hits < 0 or misses < 0:  # a stats reset in another thread raced: no window
             return
         gap = self.gap
         lookups = hits + misses // (gap + 1)  # skipped gets are counted as misses

@@ -35,13 +35,13 @@ def count_lookups(cache: dc.Cache) -> CountingEntries:
     return counting
 
 
-def filled(make_store: Any, **settings: Any) -> dc.Cache:
+def filled(make_store: Any) -> dc.Cache:
     """A reader over ITEMS items written by another Cache object (its tier keeps none)."""
     writer = make_store()
     with writer.transact():
         for number in range(ITEMS):
             writer.set(f'key-{number}', number)
-    return make_store(memory_item_limit=100, **settings)
+    return make_store(memory_item_limit=100)
 
 
 def uniform_gets(cache: dc.Cache, count: int, seed: int = 0) -> None:
