@@ -28,7 +28,6 @@ from ._store import MIN_WRITE_CHARGE
 
 __all__ = ["Cache"]
 
-_now = time.time
 _PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
@@ -121,7 +120,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                             self._lookups = following
             elif memory.words[entry.word] == entry.tag:
                 expires = entry.expire_time
-                if expires is None or expires > _now():
+                if expires is None or expires > time.time():
                     memory.hits += 1
                     try:
                         entries.move_to_end(map_key)
@@ -129,7 +128,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                         pass
                     mode = entry.fetch_mode
                     if self._evictor.tracks_reads:
-                        self._evictor.note_read(entry.db_key, entry.raw, mode is not ABSENT, _now())
+                        self._evictor.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
                     if mode is None:
                         return entry.stored
                     if mode is ABSENT:
@@ -150,7 +149,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         db_expire = db_tag = None
         races = 0
         while True:
-            now = _now()
+            now = time.time()
             params = (db_key, raw, now)
             try:
                 try:
@@ -230,7 +229,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         db_key, flag = self._disk.put(key)
         raw = 1 if flag else 0  # the int SQLite stores (see put_key)
         try:
-            found = self._store.read(sql.SELECT_EXISTS, (db_key, raw, _now()))
+            found = self._store.read(sql.SELECT_EXISTS, (db_key, raw, time.time()))
         except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
             check_key(db_key)
             raise
@@ -280,7 +279,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         to a value file first), run one statement, then keep the value in the memory tier."""
         if self._remote is not None:
             return self._remote.store_item(statement, key, value, expire, read, tag)
-        now = _now()
+        now = time.time()
         disk = self._disk
         db_key, raw = put_key(disk, key)  # checked before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
@@ -320,8 +319,8 @@ class Cache(CacheBase, AsyncCacheMixin):
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
         if self._remote is not None:
-            return self._remote.touch(key, None if expire is None else expire_at(_now(), expire))
-        now = _now()
+            return self._remote.touch(key, None if expire is None else expire_at(time.time(), expire))
+        now = time.time()
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(now, expire)
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
@@ -341,7 +340,7 @@ class Cache(CacheBase, AsyncCacheMixin):
             self._store, self._disk, self._native_numbers, key, delta, default, retry
         )
         if self._evictor.tracks_writes:
-            self._evictor.note_write(db_key, raw, _now())
+            self._evictor.note_write(db_key, raw, time.time())
         return value
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
@@ -367,7 +366,7 @@ class Cache(CacheBase, AsyncCacheMixin):
             return self._remote.pop(key, default, expire_time, tag)
         db_key, raw = put_key(self._disk, key)
         while True:
-            now = _now()
+            now = time.time()
             rows = self._store.read(sql.SELECT_FOR_POP, (db_key, raw))
             if not rows:
                 return shape(default, None, None, expire_time, tag)
@@ -393,7 +392,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         if self._remote is not None:
             return self._remote.delete(key)
         db_key, raw = put_key(self._disk, key)
-        count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, _now()), retry)
+        count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
         if count != 1:
             return False
         self._removed(db_key, raw, published)

@@ -19,7 +19,7 @@ from . import _checkpointer, _reaper
 from . import _schema as sql
 from ._arguments import check_timeout
 from ._check import check_cache
-from ._disk import ENOVAL, Disk, open_cache_directory
+from ._disk import ENOVAL, Disk, check_disk_class, open_cache_directory
 from ._eviction import Evictor
 from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
@@ -64,8 +64,7 @@ class CacheBase:
             when true, an existing cache is opened without writing a byte (no migration, no new
             file; every later read too) and writes raise `DatabaseError`
         """
-        if not (isinstance(disk, type) and issubclass(disk, Disk)):
-            raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
+        check_disk_class(disk)
         check_timeout(timeout)
         checked = validate_settings(settings)
         code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}

@@ -51,6 +51,7 @@ __all__ = [
     "MODE_RAW",
     "MODE_TEXT",
     "UNKNOWN",
+    "check_disk_class",
 ]
 
 
@@ -336,8 +337,9 @@ class Disk:
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         """Convert ``(mode, filename, db_value)`` from the Cache table back to the value.
 
-        With `read`, bytes values come back as a binary file object. Raises
-        FileNotFoundError when the value file is gone (the item was replaced meanwhile).
+        With `read`, bytes values come back as a binary file object (a value file's is named
+        by its path, ``.name``). Raises FileNotFoundError when the value file is gone (the item
+        was replaced meanwhile).
         """
         if mode == MODE_RAW:
             if read and type(value) is bytes:
@@ -347,7 +349,10 @@ class Disk:
         codec_id = mode >> _CODEC_SHIFT
         if filename is not None:
             if read and base == MODE_BINARY and not codec_id:
-                return open(self._open_value_file(filename), "rb")
+                raw = io.FileIO(self._open_value_file(filename), "rb")
+                # Named by its path, as python-diskcache's reader is (callers use .name).
+                raw.name = op.join(self._directory, filename)
+                return io.BufferedReader(raw)
             data = self._read_file(filename)
         else:
             data = value
@@ -566,3 +571,14 @@ class JSONDisk(Disk):
         return self._unpack(data)
 
 
+
+
+class _NotADiskClass(TypeError, ValueError):
+    """A `disk` argument that is not a Disk subclass: a TypeError, and a ValueError as
+    python-diskcache raises, so that code written for either catches it."""
+
+
+def check_disk_class(disk: Any) -> None:
+    """`disk` (of Cache and FanoutCache) must be Disk or a subclass, not an instance."""
+    if not (isinstance(disk, type) and issubclass(disk, Disk)):
+        raise _NotADiskClass(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")

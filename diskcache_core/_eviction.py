@@ -23,7 +23,6 @@ from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Evictor"]
 
-_now = time.time
 _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock hold time
 _FREE_PAGES_BATCH = 1024  # free pages returned per transaction after bulk removals
 
@@ -137,7 +136,7 @@ class Evictor:
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
-        return self._delete_batches(sql.DELETE_EXPIRED, (_now() if now is None else now,), retry)
+        return self._delete_batches(sql.DELETE_EXPIRED, (time.time() if now is None else now,), retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many."""
@@ -216,7 +215,7 @@ class Evictor:
             return
         try:
             with store.transaction() as state:
-                state.execute(sql.DELETE_EXPIRED, (_now(), max(budget, cull_limit)))
+                state.execute(sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit)))
                 delete = sql.delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return

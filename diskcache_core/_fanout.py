@@ -31,7 +31,7 @@ from . import _schema as sql
 from ._arguments import check_text, check_timeout, shape
 from ._async import AsyncDataMixin, run_sync
 from ._cache import Cache
-from ._disk import ENOVAL, UNKNOWN, Disk, open_cache_directory
+from ._disk import ENOVAL, UNKNOWN, Disk, check_disk_class, open_cache_directory
 from ._errors import Timeout
 from ._layout import (
     GOLDEN,
@@ -164,8 +164,7 @@ class FanoutCache(AsyncDataMixin):
             raise TypeError(f"shards must be an int, not {type(shards).__name__}")
         if not 1 <= shards <= MAX_SHARDS:  # checked before any directory is made
             raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
-        if not (isinstance(disk, type) and issubclass(disk, Disk)):
-            raise TypeError(f"disk must be a subclass of diskcache_core.Disk, not {disk!r}")
+        check_disk_class(disk)
         check_timeout(timeout)
         checked = validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.

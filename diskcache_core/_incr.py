@@ -20,7 +20,6 @@ from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["check_delta", "increment"]
 
-_now = time.time
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -47,7 +46,7 @@ def increment(
     db_key, raw = put_key(disk, key)
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
-        now = _now()
+        now = time.time()
         params: tuple[Any, ...]
         if default is None:
             start = None
@@ -71,7 +70,7 @@ def _increment_in_python(
 ) -> tuple[Any, Any, Any]:
     # Any Disk, any number type: read, add in Python, write back, in one transaction.
     with store.transaction(retry) as state:
-        now = _now()
+        now = time.time()
         row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
         if row is None or (row[1] is not None and row[1] <= now):  # row[1]: its expire_time
             if default is None:

@@ -72,7 +72,6 @@ __all__ = [
 
 _HEADER_WORDS = HEADER_WORDS
 _MASK = BUCKETS - 1
-_now = time.time
 
 # A rough per-entry cost in bytes beyond the key and value (the entry tuple, the map's node and
 # slot): counted towards memory_size_limit so that many small items cannot exceed it by much.
@@ -297,7 +296,7 @@ class MemoryTier:
         if entry is None or self.words[entry.word] != entry.tag:
             return None
         expires = entry.expire_time
-        if expires is not None and expires <= _now():
+        if expires is not None and expires <= time.time():
             return None
         self.hits += 1
         if touch:

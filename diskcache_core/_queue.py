@@ -16,8 +16,6 @@ from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Queues"]
 
-_now = time.time
-
 
 class Queues:
     """push/pull/peek/peekitem over one cache's Store (Cache's queue methods call these)."""
@@ -42,7 +40,7 @@ class Queues:
         """
         check_side(side, ("back", "front"))
         low, high = key_range(prefix)
-        now = _now()
+        now = time.time()
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             check_tag(tag)
@@ -82,7 +80,7 @@ class Queues:
         low, high = key_range(prefix)
         delete_unchanged_end = sql.QUEUE_DELETE_UNCHANGED_END[side]
         while True:  # each pass removes a row or sees another writer's change
-            now = _now()
+            now = time.time()
             rows = self._store.read(sql.QUEUE_PEEK[side], (low, high))
             if not rows:
                 return shape(default, None, None, expire_time, tag)
@@ -127,9 +125,10 @@ class Queues:
 
     def _first_live(self, statement: str, params: tuple[Any, ...], retry: bool) -> tuple[Any, ...] | None:
         """``(db_key, raw, value, expire_time, tag)`` of the first row `statement` selects that
-        has not expired, or None. Expired rows met on the way are deleted."""
+        has not expired, or None. Expired rows met on the way are deleted, and so are rows
+        whose value file is missing."""
         while True:
-            now = _now()
+            now = time.time()
             rows = self._store.read(statement, params)
             if not rows:
                 return None
@@ -140,5 +139,9 @@ class Queues:
             try:
                 value = self._disk.fetch(mode, filename, db_value, False)
             except FileNotFoundError:
-                continue  # replaced meanwhile: look again
+                # Replaced meanwhile, or lost for good: the row goes if it is still the one
+                # read (as pull removes it), and either way we look again.
+                unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
+                self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
+                continue
             return db_key, raw, value, db_expire, db_tag

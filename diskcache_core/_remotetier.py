@@ -32,7 +32,6 @@ from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["RemoteTier"]
 
-_now = time.time
 _BATCH = 500  # names per pipeline in clear and evict
 _INT64 = 2**63
 _REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
@@ -97,7 +96,7 @@ class RemoteTier:
                 map_key = memory.key_for(key)
             entry = memory.entries.get(map_key)
             if entry is not None and self._stamps[entry.word] == entry.tag:
-                now = _now()
+                now = time.time()
                 expires = entry.expire_time
                 if self._lease[0] > now and (expires is None or expires > now):
                     memory.hits += 1
@@ -126,7 +125,7 @@ class RemoteTier:
         memory = self._memory
         if memory is not None:
             memory.misses += 1
-        now = _now()
+        now = time.time()
         if not tag and self._lease[0] > now:
             found = self._local_copy(db_key, raw, index, read, now)
             if found is not None:
@@ -136,7 +135,7 @@ class RemoteTier:
         stamp = self._stamps[index]  # before Redis is asked: a change after it bumps it
         data = self._remote.get(self._remote.name(name))
         item = None if data is None else decode_item(data)
-        if item is not None and item.expire_time is not None and item.expire_time <= _now():
+        if item is not None and item.expire_time is not None and item.expire_time <= time.time():
             item = None  # Redis's clock has not caught up with ours yet
         if item is None:
             if memory is not None and not (read or expire_time or tag):
@@ -202,7 +201,7 @@ class RemoteTier:
         elif self._memory is not None and not read:
             self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
         charge = size or inline
-        params = (db_key, raw, _now(), expires, stamp, size, mode, filename, db_value)
+        params = (db_key, raw, time.time(), expires, stamp, size, mode, filename, db_value)
         try:
             # One try for the write lock: a get never waits for another process's write to
             # keep a copy (another reader of the host will keep it).
@@ -239,7 +238,7 @@ class RemoteTier:
         stamps = [self._stamps[index] for _, _, _, index in held]  # before Redis is asked
         found = self._remote.get_many([self._remote.name(name) for _, _, name, _ in held])
         limit = self._disk.min_file_size
-        now = _now()
+        now = time.time()
         renewed = 0
         with store.transaction(timeout=_REFRESH_WAIT):
             for (db_key, raw, _, index), stamp, data in zip(held, stamps, found):
@@ -291,7 +290,7 @@ class RemoteTier:
     ) -> bool:
         """set and add: Redis first (SET, NX for add, the expiry as its TTL), then the stamp."""
         db_key, raw = put_key(self._disk, key)
-        expires = None if expire is None else expire_at(_now(), expire)
+        expires = None if expire is None else expire_at(time.time(), expire)
         if tag is not None:
             check_tag(tag)
         try:
@@ -334,7 +333,7 @@ class RemoteTier:
         data = self._remote.pop(full)
         self._bump(name)
         item = None if data is None else decode_item(data)
-        if item is None or (item.expire_time is not None and item.expire_time <= _now()):
+        if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
             return shape(default, None, None, expire_time, tag)
         value = self._disk.fetch(item.mode, None, item.db_value, False)
         return shape(value, item.expire_time, item.tag, expire_time, tag)
@@ -368,7 +367,7 @@ class RemoteTier:
         while True:
             old = remote.get(full)
             item = None if old is None else decode_item(old)
-            if item is not None and item.expire_time is not None and item.expire_time <= _now():
+            if item is not None and item.expire_time is not None and item.expire_time <= time.time():
                 item = None  # expired: as missing, but compared against what is there
             current = default if item is None else self._disk.fetch(
                 item.mode, None, item.db_value, False
@@ -383,7 +382,7 @@ class RemoteTier:
                 if expire is KEEP:
                     expires = None if item is None else item.expire_time
                 else:
-                    expires = None if expire is None else expire_at(_now(), expire)
+                    expires = None if expire is None else expire_at(time.time(), expire)
                 keep_tag = None if item is None else item.tag
                 mode, db_value = self._serialize(key, value, False)
                 new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)

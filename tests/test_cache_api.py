@@ -195,6 +195,27 @@ def test_read_file_bytes_gives_open_binary_file(cache):
         assert handle.read() == data
 
 
+def test_read_file_is_named_by_its_path(store):
+    # As python-diskcache's: callers take .name to hand the file on (send it, copy it).
+    data = os.urandom(BIG)
+    store.set('big', data)
+    for handle in (store.get('big', read=True), store.read('big')):
+        with handle:
+            path = handle.name
+        assert os.path.realpath(path).startswith(os.path.realpath(store.directory) + os.sep)
+        with open(path, 'rb') as reader:
+            assert reader.read() == data
+
+
+@pytest.mark.parametrize('disk', [dc.Disk('unused'), int, 'Disk', None])
+def test_disk_must_be_a_disk_class(cache_class, cache_dir, disk):
+    # A TypeError, and the ValueError python-diskcache raises, so code written for either works.
+    for expected in (TypeError, ValueError):
+        with pytest.raises(expected, match='subclass of diskcache_core.Disk'):
+            cache_class(cache_dir, disk=disk)
+    assert not os.path.exists(cache_dir)
+
+
 @pytest.mark.parametrize('value', ['text', 'x' * BIG, 12345, 2.5, [1, 2], None])
 def test_read_non_bytes_returns_value_itself(cache, value):
     cache.set('key', value)

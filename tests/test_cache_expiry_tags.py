@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from unittest import mock
 
 import pytest
 from store_helpers import value_files
@@ -24,6 +25,28 @@ def test_expired_item_is_a_miss(cache):
         cache['key']
     with pytest.raises(KeyError):
         cache.read('key')
+
+
+def test_expiry_reads_the_clock_through_time_time(cache):
+    # Tests of applications switching from python-diskcache patch time.time to move the clock
+    # (mock.patch('time.time'), as python-diskcache's own tests do): every expiry check must
+    # see the patched clock, the memory tier's included.
+    now = time.time()
+    with mock.patch('time.time', return_value=now):
+        for number in range(1, 11):
+            assert cache.set(number, number, expire=number)
+        cache.set('queued', 'q', expire=100)
+        assert cache.get(3) == 3  # kept by the memory tier as well
+    with mock.patch('time.time', return_value=now + 5.5):
+        assert cache.get(3) is None and 3 not in cache
+        assert cache.get(6) == 6
+        assert cache.touch(6, expire=1) and cache.get(6, expire_time=True)[1] == now + 6.5
+        assert cache.incr(7) == 8
+        assert cache.expire() == 5  # 1..5
+    with mock.patch('time.time', return_value=now + 200):
+        assert cache.get(10) is None and cache.get('queued') is None
+        assert cache.expire() == 6  # 6..10 and 'queued'
+    assert len(cache) == 0
 
 
 def test_expired_item_tuples_for_a_miss(cache):
