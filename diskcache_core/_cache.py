@@ -404,10 +404,11 @@ class Cache(CacheBase, AsyncCacheMixin):
         if self._memory is not None:
             self._memory.after_delete(db_key, raw, published)
 
-    def __delitem__(self, key: Any, retry: bool = True) -> None:
-        """Remove `key`; KeyError when it is missing."""
+    def __delitem__(self, key: Any, retry: bool = True) -> bool:
+        """Remove `key`; KeyError when it is missing. Returns True, as python-diskcache's does."""
         if not self.delete(key, retry=retry):
             raise KeyError(key)
+        return True
 
     @contextlib.contextmanager
     def transact(self, retry: bool = False) -> Iterator[None]:

@@ -226,7 +226,14 @@ class Deque(Sequence[T]):
                 if value is not MISSING:
                     return value  # type: ignore[no-any-return]
         with self._cache.transact(retry=True):
-            return self._cache[self._key_at(index)]  # type: ignore[no-any-return]
+            while True:
+                key = self._key_at(index)
+                value = self._cache.get(key, MISSING, retry=True)
+                if value is not MISSING:
+                    return value  # type: ignore[no-any-return]
+                # Unreadable under the lock: its value file is lost. The item goes (iteration
+                # already passes over it) and the index is looked up again.
+                self._cache.delete(key, retry=True)
 
     def __setitem__(self, index: int, value: T) -> None:
         """``d[index] = value``: replace the item at `index`; IndexError when out of range."""

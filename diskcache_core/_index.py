@@ -120,13 +120,17 @@ class Index(MutableMapping[K, V]):
 
     def setdefault(self, key: K, default: V = None) -> V:  # type: ignore[assignment]
         """The value of `key`; when missing, first store `default` there. Atomic."""
-        while True:
+        value = self._cache.get(key, MISSING, retry=True)
+        if value is not MISSING:
+            return value  # type: ignore[no-any-return]
+        with self._cache.transact(retry=True):  # no other writer between the look and the store
             value = self._cache.get(key, MISSING, retry=True)
             if value is not MISSING:
                 return value  # type: ignore[no-any-return]
-            if self._cache.add(key, default, retry=True):
-                return default
-            # Another writer added it between our get and add (and may have removed it again).
+            # set, not add: a row whose value file is lost reads as missing but is not expired,
+            # so add would refuse to replace it (a get-then-add loop never ended).
+            self._cache.set(key, default, retry=True)
+            return default
 
     def pop(self, key: K, default: Any = ENOVAL) -> Any:
         """Remove `key` and return its value; `default` when missing, or KeyError if none given."""

@@ -697,6 +697,29 @@ def test_index_setdefault(index):
     assert dict(index) == {'a': 1, 'b': None}
 
 
+def test_deque_index_passes_over_an_item_whose_value_file_is_lost(deque):
+    # Iteration already passed over it; d[i] raised KeyError with the item's internal key.
+    deque.extend([b'x' * 300_000, b'small', b'y' * 300_000])
+    for path in Path(deque.directory).rglob('*.val'):
+        path.unlink()
+    assert list(deque) == [b'small']
+    assert deque[0] == b'small'
+    assert deque[-1] == b'small'
+    assert len(deque) == 1  # the lost items met by d[i] were removed
+
+
+@pytest.mark.timeout(120)
+def test_index_setdefault_replaces_an_item_whose_value_file_is_lost(index):
+    # The lost item reads as missing but is not expired, so add refused to replace it and
+    # setdefault's get-then-add loop never ended.
+    index['big'] = b'x' * 300_000
+    for path in Path(index.directory).rglob('*.val'):
+        path.unlink()
+    assert index.setdefault('big', 'again') == 'again'
+    assert index['big'] == 'again'
+    assert index.setdefault('big', 'other') == 'again'
+
+
 def test_index_popitem(index):
     with pytest.raises(KeyError, match='dictionary is empty'):
         index.popitem()
