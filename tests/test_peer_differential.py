@@ -1,17 +1,22 @@
 """The same random sequences of calls on python-diskcache and on diskcache_core give the same
 results: return values, exceptions (by type) and the state they leave.
 
-The calls leave out the documented differences (docs/migrating.rst): no item expires during a
-run (so where each library removes expired items does not show), ``read=True`` is not used,
+The calls leave out the documented differences (docs/migrating.rst): in most runs no item
+expires (so where each library removes expired items does not show), ``read=True`` is not used,
 no stored number leaves 64 bits, and FanoutCache's iteration order (its placement differs) is
-compared as a set. FanoutCache's shards wait up to 5 s for a lock, so that neither gives up on
-a loaded machine. Seeds are fixed: a failure names the first call whose result differs.
+compared as a set. The runs with expiry move a patched ``time.time`` (both libraries read it)
+and leave out what counts or orders expired items (len, iteration, peekitem); no expiry time
+ever equals the clock (python-diskcache itself takes equality as expired in get, not in incr).
+FanoutCache's shards wait up to 5 s for a lock, so that neither gives up on a loaded machine.
+Seeds are fixed: a failure names the first call whose result differs.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Callable
+from unittest import mock
 
 import pytest
 
@@ -123,14 +128,65 @@ def _index_calls() -> dict[str, Call]:
     }
 
 
-def _run(make: Callable[[], Any], calls: dict[str, Call], seed: int) -> list[tuple[Any, ...]]:
-    """The results of CALLS calls chosen by `seed`; an exception is recorded by its type."""
+def _expiry_calls() -> dict[str, Call]:
+    """Calls whose results depend on expiry, on keys no queue key can equal."""
+    keys = ["a", "b", b"c", (1, 2), None, -3, 10**20]
+    sides = ["back", "front"]
+
+    def key(rnd: random.Random) -> Any:
+        return rnd.choice(keys)
+
+    def expire(rnd: random.Random) -> Any:
+        return rnd.choice([None, 1.3, 5.7, 30.1, -1.3])  # the clock moves in halves
+
+    calls = {
+        name: call for name, call in _cache_calls(queues=True).items()
+        if name not in ("len", "iter", "expire", "evict", "clear", "peekitem")
+    }  # fmt: skip
+    calls.update({
+        "set": lambda c, r: c.set(key(r), r.choice(VALUES), expire=expire(r)),
+        "add": lambda c, r: c.add(key(r), r.choice(VALUES), expire=expire(r)),
+        "get": lambda c, r: c.get(key(r), default="D"),
+        "get tuple": lambda c, r: c.get(key(r), expire_time=True, tag=True),
+        "getitem": lambda c, r: c[key(r)],
+        "contains": lambda c, r: key(r) in c,
+        "delete": lambda c, r: c.delete(key(r)),
+        "delitem": lambda c, r: c.__delitem__(key(r)),
+        "pop": lambda c, r: c.pop(key(r), default="D"),
+        "pop tuple": lambda c, r: c.pop(key(r), expire_time=True, tag=True),
+        "incr": lambda c, r: c.incr(key(r), 2, default=r.choice([0, None])),
+        "decr": lambda c, r: c.decr(key(r), 1),
+        "touch": lambda c, r: c.touch(key(r), expire=expire(r)),
+        "push": lambda c, r: c.push(r.choice(VALUES), side=r.choice(sides), expire=expire(r)),
+        "pull": lambda c, r: c.pull(side=r.choice(sides), expire_time=True, tag=True),
+        "peek": lambda c, r: c.peek(side=r.choice(sides), expire_time=True),
+    })  # fmt: skip
+    return calls
+
+
+class _Clock:
+    """A time.time that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(
+    make: Callable[[], Any], calls: dict[str, Call], seed: int, clock: _Clock | None = None
+) -> list[tuple[Any, ...]]:
+    """The results of CALLS calls chosen by `seed`; an exception is recorded by its type. With
+    `clock`, it moves by 0 to 20 s before each call."""
     rnd = random.Random(seed)
     names = sorted(calls)
     target = make()
     results = []
     try:
         for number in range(CALLS):
+            if clock is not None:
+                clock.now += rnd.choice([0.0, 0.0, 0.5, 3.0, 20.0])
             name = rnd.choice(names)
             try:
                 result = repr(calls[name](target, rnd))
@@ -178,3 +234,15 @@ def test_index(tmp_path, seed):
     ours = _run(lambda: diskcache_core.Index(str(tmp_path / "ours")), calls, seed)
     peers = _run(lambda: diskcache.Index(str(tmp_path / "peer")), calls, seed)
     _compare(ours, peers)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cache_with_expiry(tmp_path, seed):
+    calls = _expiry_calls()
+    results = []
+    for module, name in ((diskcache_core, "ours"), (diskcache, "peer")):
+        clock = _Clock()
+        with mock.patch("time.time", clock):
+            make = functools.partial(module.Cache, tmp_path / name, cull_limit=0)
+            results.append(_run(make, calls, seed, clock))
+    _compare(*results)
