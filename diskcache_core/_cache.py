@@ -128,7 +128,9 @@ class Cache(CacheBase, AsyncCacheMixin):
                         pass
                     mode = entry.fetch_mode
                     if self._evictor.tracks_reads:
-                        self._evictor.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
+                        self._evictor.note_read(
+                            entry.db_key, entry.raw, mode is not ABSENT, time.time()
+                        )
                     if mode is None:
                         return entry.stored
                     if mode is ABSENT:
@@ -319,7 +321,8 @@ class Cache(CacheBase, AsyncCacheMixin):
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
         if self._remote is not None:
-            return self._remote.touch(key, None if expire is None else expire_at(time.time(), expire))
+            expires = None if expire is None else expire_at(time.time(), expire)
+            return self._remote.touch(key, expires)
         now = time.time()
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(now, expire)

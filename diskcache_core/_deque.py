@@ -123,7 +123,7 @@ class Deque(Sequence[T]):
         excess = len(self._cache) - self._maxlen
         if excess > 0:
             for key in list(islice(self._cache.iterkeys(reverse=not front), int(excess))):
-                self._cache.delete(key, retry=True)
+                self._cache.pop(key, retry=True)
 
     # --- the ends ----------------------------------------------------------------------------
 
@@ -231,9 +231,10 @@ class Deque(Sequence[T]):
                 value = self._cache.get(key, MISSING, retry=True)
                 if value is not MISSING:
                     return value  # type: ignore[no-any-return]
-                # Unreadable under the lock: its value file is lost. The item goes (iteration
-                # already passes over it) and the index is looked up again.
-                self._cache.delete(key, retry=True)
+                # Unreadable under the lock: its value file is lost (or, in a cache shared with
+                # other code, it expired). The item goes, as iteration passes over it, and the
+                # index is looked up again. pop removes such rows; delete leaves expired ones.
+                self._cache.pop(key, retry=True)
 
     def __setitem__(self, index: int, value: T) -> None:
         """``d[index] = value``: replace the item at `index`; IndexError when out of range."""

@@ -571,8 +571,6 @@ class JSONDisk(Disk):
         return self._unpack(data)
 
 
-
-
 class _NotADiskClass(TypeError, ValueError):
     """A `disk` argument that is not a Disk subclass: a TypeError, and a ValueError as
     python-diskcache raises, so that code written for either catches it."""

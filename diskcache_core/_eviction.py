@@ -136,7 +136,8 @@ class Evictor:
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
-        return self._delete_batches(sql.DELETE_EXPIRED, (time.time() if now is None else now,), retry)
+        cutoff = time.time() if now is None else now
+        return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many."""

@@ -367,7 +367,8 @@ class RemoteTier:
         while True:
             old = remote.get(full)
             item = None if old is None else decode_item(old)
-            if item is not None and item.expire_time is not None and item.expire_time <= time.time():
+            stored_expiry = None if item is None else item.expire_time
+            if stored_expiry is not None and stored_expiry <= time.time():
                 item = None  # expired: as missing, but compared against what is there
             current = default if item is None else self._disk.fetch(
                 item.mode, None, item.db_value, False

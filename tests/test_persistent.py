@@ -8,7 +8,9 @@ import operator
 import pickle
 import random
 import shutil
+import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -706,6 +708,19 @@ def test_deque_index_passes_over_an_item_whose_value_file_is_lost(deque):
     assert deque[0] == b'small'
     assert deque[-1] == b'small'
     assert len(deque) == 1  # the lost items met by d[i] were removed
+
+
+@pytest.mark.timeout(120)
+def test_deque_index_passes_over_an_expired_item_of_a_shared_cache(tmp_path):
+    # A Deque over a cache other code also uses may meet an item pushed with an expiry.
+    cache = dc.Cache(str(tmp_path / 'shared'))
+    deque = Deque.fromcache(cache)
+    cache.push('soon gone', expire=60)
+    deque.append('kept')
+    with mock.patch('time.time', return_value=time.time() + 120):
+        assert deque[0] == 'kept'
+        assert len(deque) == 1
+    cache.close()
 
 
 @pytest.mark.timeout(120)
