@@ -176,6 +176,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             if mode == MODE_RAW and self._plain_fetch and not read:
                 value = db_value
             else:
+                if filename is not None and not self._sized_files:
+                    db_value = None  # the row's size (SELECT_VALUE): its own Disk gets NULL
                 try:
                     value = self._disk.fetch(mode, filename, db_value, read)
                 except FileNotFoundError:  # replaced by another writer since the SELECT

@@ -95,6 +95,8 @@ class CacheBase:
         # With the standard Disk.put, str and bytes keys are their own database key (raw).
         self._plain_keys = type(opened.disk).put is Disk.put
         self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
+        # With the standard store and fetch, a value file must be as long as its row says.
+        self._sized_files = self._native_numbers
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
         # sampled tier (_memory.py, "Sampling") is skipped.

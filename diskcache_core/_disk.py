@@ -51,6 +51,7 @@ __all__ = [
     "MODE_RAW",
     "MODE_TEXT",
     "UNKNOWN",
+    "CutShortValueFile",
     "check_disk_class",
 ]
 
@@ -339,7 +340,9 @@ class Disk:
 
         With `read`, bytes values come back as a binary file object (a value file's is named
         by its path, ``.name``). Raises FileNotFoundError when the value file is gone (the item
-        was replaced meanwhile).
+        was replaced meanwhile), and a subclass of it when `value`, for a value file, is an int
+        (the row's size: what the cache's gets pass) that the file's length is not (cut short
+        by a power loss, or by hand): it is not read.
         """
         if mode == MODE_RAW:
             if read and type(value) is bytes:
@@ -348,12 +351,13 @@ class Disk:
         base = mode & _BASE_MODE_MASK
         codec_id = mode >> _CODEC_SHIFT
         if filename is not None:
+            size = value if type(value) is int else None
             if read and base == MODE_BINARY and not codec_id:
-                raw = io.FileIO(self._open_value_file(filename), "rb")
+                raw = io.FileIO(self._open_value_file(filename, size), "rb")
                 # Named by its path, as python-diskcache's reader is (callers use .name).
                 raw.name = op.join(self._directory, filename)
                 return io.BufferedReader(raw)
-            data = self._read_file(filename)
+            data = self._read_file(filename, size)
         else:
             data = value
         if codec_id:
@@ -416,25 +420,31 @@ class Disk:
                 )
         return path
 
-    def _open_value_file(self, filename: str) -> int:
+    def _open_value_file(self, filename: str, size: int | None = None) -> int:
         """A read-only descriptor of value file `filename`, opened level by level without
         following a link. UnsafeValueFileError for a bad name, a link, or not a regular file;
-        FileNotFoundError when it is gone."""
+        FileNotFoundError when it is gone, or (CutShortValueFile) not `size` bytes long."""
         parts = split_value_name(filename)
         with ValueDir(self._directory, parts, filename) as levels:
             levels.open(create=False)
             fd = levels.open_file(parts[-1], READ_FLAGS)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
                 raise UnsafeValueFileError(f"refusing value file {filename!r}: not a regular file")
+            if size is not None and status.st_size != size:
+                raise CutShortValueFile(
+                    f"value file {filename!r} is {status.st_size} bytes, its row says {size}:"
+                    " damaged (a power loss, a hand edit), read as missing"
+                )
         except BaseException:
             os.close(fd)
             raise
         return fd
 
-    def _read_file(self, filename: str) -> bytes:
+    def _read_file(self, filename: str, size: int | None = None) -> bytes:
         """The bytes of value file `filename` (never read through a link, see `_open_value_file`)."""
-        with open(self._open_value_file(filename), "rb", buffering=0) as reader:
+        with open(self._open_value_file(filename, size), "rb", buffering=0) as reader:
             return reader.readall()
 
     def _write(self, full_path: str, chunks: Iterable[bytes]) -> int:
@@ -569,6 +579,10 @@ class JSONDisk(Disk):
         if read:
             return data
         return self._unpack(data)
+
+
+class CutShortValueFile(FileNotFoundError):
+    """A value file whose length is not its row's size: read as missing, as a lost one is."""
 
 
 class _NotADiskClass(TypeError, ValueError):

@@ -163,10 +163,12 @@ class RemoteTier:
         mode, filename, db_value, expires, row_stamp = rows[0]
         if row_stamp != stamp:
             return None
+        if filename is not None and not self._native_numbers:  # (standard store and fetch)
+            db_value = None  # the row's size (see SELECT_ITEM): a Disk of its own gets NULL
         try:
             value = self._disk.fetch(mode, filename, db_value, read)
         except FileNotFoundError:
-            return None  # replaced meanwhile
+            return None  # replaced meanwhile, or cut short
         memory = self._memory
         if memory is not None and not read and filename is None:
             self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)

@@ -156,15 +156,20 @@ NOT_EXPIRED = "(expire_time IS NULL OR expire_time > ?)"
 # A get selects only what it returns (each column costs): the value; with the memory tier on,
 # its expiry too (kept with it in memory); for get(expire_time=..., tag=...), the tag as well.
 # The columns come in this order in all three.
+# A row with a value file has a NULL value column: these statements give its size there
+# instead (no column more, no measurable cost), and the standard Disk reads the file only if it
+# is that long (see Disk.fetch). A NULL inline value (a custom Disk's) stays NULL.
+_VALUE_OR_SIZE = "CASE WHEN filename IS NULL THEN value ELSE IFNULL(value, size) END"
 SELECT_VALUE = (
-    "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
-)
-SELECT_VALUE_EXPIRY = (
-    "SELECT mode, filename, value, expire_time FROM Cache WHERE key = ? AND raw = ? AND "
+    f"SELECT mode, filename, {_VALUE_OR_SIZE} FROM Cache WHERE key = ? AND raw = ? AND "
     + NOT_EXPIRED
 )
+SELECT_VALUE_EXPIRY = (
+    f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time FROM Cache"
+    " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+)
 SELECT_ITEM = (
-    "SELECT mode, filename, value, expire_time, tag FROM Cache"
+    f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time, tag FROM Cache"
     " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 )
 SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED

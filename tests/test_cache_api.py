@@ -207,6 +207,39 @@ def test_read_file_is_named_by_its_path(store):
             assert reader.read() == data
 
 
+@pytest.mark.parametrize('value', [os.urandom(BIG), 'text ' * BIG, {'a dict': b'x' * BIG}])
+def test_a_value_file_cut_short_reads_as_missing(make_store, value):
+    # A power loss can keep a row whose value file lost its tail (the library does not sync
+    # value files), and a hand can cut one: a get must not return the part that is left.
+    store = make_store(memory_size_limit=0)
+    store.set('k', value)
+    (path,) = value_files(store.directory)
+    with open(os.path.join(store.directory, path), 'r+b') as handle:
+        handle.truncate(100)
+    assert store.get('k', 'missing') == 'missing'
+    with pytest.raises(KeyError):
+        store.read('k')
+    store.set('k', value)  # a write replaces it
+    assert store.get('k') == value
+
+
+def test_a_disk_of_its_own_gets_null_for_a_value_files_value(make_store):
+    # Gets select the row's size where a value file's value column is NULL; a Disk with its
+    # own fetch still gets the NULL, as with python-diskcache.
+    seen = []
+
+    class OwnFetch(dc.Disk):
+        def fetch(self, mode, filename, value, read):
+            seen.append((filename is not None, value))
+            return super().fetch(mode, filename, value, read)
+
+    store = make_store(disk=OwnFetch)
+    data = os.urandom(BIG)
+    store.set('k', data)
+    assert store.get('k') == data
+    assert seen == [(True, None)]
+
+
 @pytest.mark.parametrize('disk', [dc.Disk('unused'), int, 'Disk', None])
 def test_disk_must_be_a_disk_class(cache_class, cache_dir, disk):
     # A TypeError, and the ValueError python-diskcache raises, so code written for either works.
