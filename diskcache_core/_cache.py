@@ -375,11 +375,12 @@ class Cache(CacheBase, AsyncCacheMixin):
             rows = self._store.read(sql.SELECT_FOR_POP, (db_key, raw))
             if not rows:
                 return shape(default, None, None, expire_time, tag)
-            rowid, db_expire, db_tag, mode, filename, db_value = rows[0]
+            rowid, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             value = ENOVAL
             if db_expire is None or db_expire > now:
+                checked = size if filename is not None and self._sized_files else db_value
                 try:
-                    value = self._disk.fetch(mode, filename, db_value, False)
+                    value = self._disk.fetch(mode, filename, checked, False)
                 except FileNotFoundError:
                     pass  # a missing value file: the item goes, as a miss
             unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)

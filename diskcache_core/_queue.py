@@ -23,6 +23,13 @@ class Queues:
     def __init__(self, store: Store, disk: Disk) -> None:
         self._store = store
         self._disk = disk
+        # With the standard store and fetch, a value file must be as long as its row says.
+        self._sized_files = type(disk).fetch is Disk.fetch and type(disk).store is Disk.store
+
+    def _fetch(self, mode: int, filename: str | None, db_value: Any, size: int) -> Any:
+        """The value of a row (FileNotFoundError when its value file is gone or cut short)."""
+        checked = size if filename is not None and self._sized_files else db_value
+        return self._disk.fetch(mode, filename, checked, False)
 
     def push(
         self,
@@ -84,11 +91,11 @@ class Queues:
             rows = self._store.read(sql.QUEUE_PEEK[side], (low, high))
             if not rows:
                 return shape(default, None, None, expire_time, tag)
-            rowid, db_key, _, db_expire, db_tag, mode, filename, db_value = rows[0]
+            rowid, db_key, _, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             live = db_expire is None or db_expire >= now
             if live:
                 try:
-                    value = self._disk.fetch(mode, filename, db_value, False)
+                    value = self._fetch(mode, filename, db_value, size)
                 except FileNotFoundError:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
@@ -132,12 +139,12 @@ class Queues:
             rows = self._store.read(statement, params)
             if not rows:
                 return None
-            rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value = rows[0]
+            rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             if db_expire is not None and db_expire < now:
                 self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
-                value = self._disk.fetch(mode, filename, db_value, False)
+                value = self._fetch(mode, filename, db_value, size)
             except FileNotFoundError:
                 # Replaced meanwhile, or lost for good: the row goes if it is still the one
                 # read (as pull removes it), and either way we look again.

@@ -211,7 +211,12 @@ PLAIN_VARIANT = {
 DELETE_ITEM = "DELETE FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 # pop and pull read the item, fetch its value (which a Disk may refuse), then delete the row only
 # if it is still the one read: nothing is removed when the value cannot be returned.
-SELECT_FOR_POP = "SELECT rowid, expire_time, tag, mode, filename, value FROM Cache WHERE key = ? AND raw = ?"
+# The row's size last: a value file must be that long to be read (see SELECT_VALUE); the value
+# column itself is what DELETE_UNCHANGED compares.
+SELECT_FOR_POP = (
+    "SELECT rowid, expire_time, tag, mode, filename, value, size FROM Cache"
+    " WHERE key = ? AND raw = ?"
+)
 _UNCHANGED = (
     " AND expire_time IS ? AND tag IS ? AND mode = ? AND filename IS ? AND value IS ?"
 )
@@ -266,11 +271,15 @@ QUEUE_DELETE_UNCHANGED_END = {  # the end's item, if it is still the one read (s
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }
 QUEUE_PEEK = {
-    side: "SELECT rowid, key, raw, expire_time, tag, mode, filename, value " + _QUEUE_RANGE + order
+    side: "SELECT rowid, key, raw, expire_time, tag, mode, filename, value, size "
+    + _QUEUE_RANGE + order
     + " LIMIT 1"
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }
-_PEEK_ITEM = "SELECT rowid, key, raw, expire_time, tag, mode, filename, value FROM Cache ORDER BY rowid "
+_PEEK_ITEM = (
+    "SELECT rowid, key, raw, expire_time, tag, mode, filename, value, size FROM Cache"
+    " ORDER BY rowid "
+)
 PEEK_LAST = _PEEK_ITEM + "DESC LIMIT 1"
 PEEK_FIRST = _PEEK_ITEM + "ASC LIMIT 1"
 

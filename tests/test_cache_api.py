@@ -223,6 +223,29 @@ def test_a_value_file_cut_short_reads_as_missing(make_store, value):
     assert store.get('k') == value
 
 
+def test_pop_pull_and_peek_remove_an_item_whose_value_file_is_cut_short(store):
+    def cut(key):
+        (path,) = value_files(store.directory)  # the only value file
+        with open(os.path.join(store.directory, path), 'r+b') as handle:
+            handle.truncate(100)
+
+    store.set('k', os.urandom(BIG))
+    cut('k')
+    assert store.pop('k', 'missing') == 'missing'
+    assert 'k' not in store  # removed, as an item whose file is lost
+    for take in (store.pull, store.peek):
+        store.push(os.urandom(BIG))
+        cut(None)
+        store.push(b'small')
+        assert take()[1] == b'small'
+    store.clear()
+    store.set('newest', os.urandom(BIG))
+    cut('newest')
+    with pytest.raises(KeyError):
+        store.peekitem()
+    assert len(store) == 0
+
+
 def test_a_disk_of_its_own_gets_null_for_a_value_files_value(make_store):
     # Gets select the row's size where a value file's value column is NULL; a Disk with its
     # own fetch still gets the NULL, as with python-diskcache.
