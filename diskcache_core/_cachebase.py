@@ -89,7 +89,6 @@ class CacheBase:
         self._store = Store(opened.pool, timeout, opened.disk, handoff)
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
-        self._queues = Queues(self._store, opened.disk)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
         self._plain_fetch = type(opened.disk).fetch is Disk.fetch
         # With the standard Disk.put, str and bytes keys are their own database key (raw).
@@ -97,6 +96,7 @@ class CacheBase:
         self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
         # With the standard store and fetch, a value file must be as long as its row says.
         self._sized_files = self._native_numbers
+        self._queues = Queues(self._store, opened.disk, self._sized_files)
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
         # sampled tier (_memory.py, "Sampling") is skipped.

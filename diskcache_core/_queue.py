@@ -20,11 +20,10 @@ __all__ = ["Queues"]
 class Queues:
     """push/pull/peek/peekitem over one cache's Store (Cache's queue methods call these)."""
 
-    def __init__(self, store: Store, disk: Disk) -> None:
+    def __init__(self, store: Store, disk: Disk, sized_files: bool) -> None:
         self._store = store
         self._disk = disk
-        # With the standard store and fetch, a value file must be as long as its row says.
-        self._sized_files = type(disk).fetch is Disk.fetch and type(disk).store is Disk.store
+        self._sized_files = sized_files  # a value file must be as long as its row says
 
     def _fetch(self, mode: int, filename: str | None, db_value: Any, size: int) -> Any:
         """The value of a row (FileNotFoundError when its value file is gone or cut short)."""

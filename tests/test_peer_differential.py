@@ -31,7 +31,8 @@ VALUES = [0, 1, -5, 2.5, "x", b"y", None, [1], b"z" * 70_000, "w" * 70_000]
 Call = Callable[[Any, random.Random], Any]
 
 
-def _cache_calls(queues: bool) -> dict[str, Call]:
+def _cache_calls(sharded: bool) -> dict[str, Call]:
+    """Calls on a Cache; on a FanoutCache (`sharded`): no queue calls, keys compared as a set."""
     def key(rnd: random.Random) -> Any:
         return rnd.choice(KEYS)
 
@@ -56,9 +57,9 @@ def _cache_calls(queues: bool) -> dict[str, Call]:
         "evict": lambda c, r: c.evict(r.choice(["t", "u"])),
         "expire": lambda c, r: c.expire(),
         "clear": lambda c, r: c.clear() if r.random() < 0.2 else None,
-        "iter": lambda c, r: sorted(map(repr, c)) if not queues else list(c),
+        "iter": lambda c, r: sorted(map(repr, c)) if sharded else list(c),
     }
-    if queues:
+    if not sharded:
         side = ["back", "front"]
         calls.update({
             "push": lambda c, r: c.push(r.choice(VALUES), prefix=r.choice([None, "q"]),
@@ -140,7 +141,7 @@ def _expiry_calls() -> dict[str, Call]:
         return rnd.choice([None, 1.3, 5.7, 30.1, -1.3])  # the clock moves in halves
 
     calls = {
-        name: call for name, call in _cache_calls(queues=True).items()
+        name: call for name, call in _cache_calls(sharded=False).items()
         if name not in ("len", "iter", "expire", "evict", "clear", "peekitem")
     }  # fmt: skip
     calls.update({
@@ -194,7 +195,7 @@ def _run(
                 result = f"raised {type(exc).__name__}"
             results.append((number, name, result))
     finally:
-        close = getattr(target, "close", None) or getattr(target.cache, "close")
+        close = getattr(target, "close", None) or target.cache.close
         close()
     return results
 
@@ -206,7 +207,7 @@ def _compare(ours: list[tuple[Any, ...]], peers: list[tuple[Any, ...]]) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cache(tmp_path, seed):
-    calls = _cache_calls(queues=True)
+    calls = _cache_calls(sharded=False)
     ours = _run(lambda: diskcache_core.Cache(tmp_path / "ours", cull_limit=0), calls, seed)
     peers = _run(lambda: diskcache.Cache(tmp_path / "peer", cull_limit=0), calls, seed)
     _compare(ours, peers)
@@ -214,7 +215,7 @@ def test_cache(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fanout_cache(tmp_path, seed):
-    calls = _cache_calls(queues=False)
+    calls = _cache_calls(sharded=True)
     ours = _run(lambda: diskcache_core.FanoutCache(tmp_path / "ours", 4, 5), calls, seed)
     peers = _run(lambda: diskcache.FanoutCache(tmp_path / "peer", 4, 5), calls, seed)
     _compare(ours, peers)
