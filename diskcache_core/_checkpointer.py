@@ -21,10 +21,15 @@ process does that work for every cache the process writes:
 The thread never opens SQLite's files itself (closing a descriptor of a file drops every POSIX
 lock the process holds on it, SQLite's included): it asks SQLite. Since SQLite tells how long
 the WAL is only by checkpointing it, each Store counts what its commits wrote (`wal_bytes`),
-and a round checkpoints from `_PASS_BYTES` on.
+and a round checkpoints from `PASS_BYTES` on.
 
-The thread runs only while some cache was written since its last round. It holds `busy` for a
-round, and fork() waits for that: a child never inherits SQLite in the middle of a statement.
+A commit notes its cache only once a round has work on it (`is_due`: `PASS_BYTES` written, or
+free pages known to be left). The note wakes the thread, which sleeps on a condition between
+rounds (the first note in a process starts it), and the round begins `INTERVAL` later, so that
+caches noted meanwhile share it. (A thread woken every `INTERVAL` while writes went on, to find
+nothing due, lengthened the writers' slowest sets: see "Checkpoints" in docs/design.rst.) It
+holds `busy` for a round, and fork() waits for that: a child never inherits SQLite in the middle
+of a statement.
 Each round opens and closes its own connections, so none is left to a fork, and ``close()``
 waits only for a round working on its own cache, and makes a round that took it before skip it
 (so that the cache's last close is SQLite's last: it checkpoints and removes the WAL).
@@ -42,13 +47,13 @@ from typing import Any, Callable, Protocol
 from . import _schema as sql
 from ._errors import DiskCacheError, Timeout, is_busy
 
-__all__ = ["BACKSTOP_PAGES", "forget", "note_commit", "rounds"]
+__all__ = ["BACKSTOP_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds"]
 
 INTERVAL = 0.010  # seconds between rounds while caches are being written
 BACKSTOP_PAGES = 2000  # the writers' connections' wal_autocheckpoint (SQLite's: 1000)
 _PASSES = 20  # checkpoints per round at most, while writers keep adding pages
 _PASS_PAUSE = 0.001  # seconds between them
-_PASS_BYTES = 2**20  # bytes this process wrote to the WAL from which a round checkpoints
+PASS_BYTES = 2**20  # bytes this process wrote to the WAL from which a round checkpoints
 _AGAIN_BYTES = 2**18  # written during a checkpoint: another one in the same round
 _TAIL_PAGES = 64  # pages a round may leave uncopied
 TRIM_MIN_PAGES = 256  # free pages kept at least (the next writes reuse them)
@@ -78,6 +83,7 @@ class _Checkpointer:
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()  # guards `noted`, `thread` and `current`
         self.round_done = threading.Condition(self.lock)
+        self.wakeup = threading.Condition(self.lock)  # notified when a cache is noted
         self.current: Any = None  # the store a round is working on
         self.cut_short = False  # its cache is closing: no more passes on it
         self.busy = threading.Lock()  # held for a round: fork() waits for it
@@ -93,6 +99,8 @@ class _Checkpointer:
                     target=self._run, name="diskcache_core-checkpoint", daemon=True
                 )
                 self.thread.start()
+            else:
+                self.wakeup.notify()
 
     def forget(self, store: Checkpointed) -> None:
         """Drop `store` until its next write, once no round is working on it."""
@@ -106,7 +114,10 @@ class _Checkpointer:
 
     def _run(self) -> None:
         while True:
-            time.sleep(INTERVAL)
+            with self.lock:
+                while not self.noted:
+                    self.wakeup.wait()
+            time.sleep(INTERVAL)  # caches noted meanwhile join this round
             with self.busy:
                 with self.lock:
                     stores = [ref() for ref in self.noted.values()]
@@ -118,10 +129,6 @@ class _Checkpointer:
                     if store is not None:
                         self._work_on(store)
                 self.rounds += 1
-            with self.lock:
-                if not self.noted:
-                    self.thread = None
-                    return
 
     def _work_on(self, store: Checkpointed) -> None:
         with self.lock:
@@ -146,8 +153,8 @@ class _Checkpointer:
 def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
     """Checkpoint `store`'s database (again while writers added many pages meanwhile and
     `go_on()`), and return some free pages if they are many; True when many are left."""
-    if store.wal_bytes < _PASS_BYTES and not store.free_pages_left:
-        return False  # a few pages: not worth two fsyncs yet (the next commit notes it again)
+    if not is_due(store):
+        return False  # a few pages: not worth two fsyncs yet (a later commit notes it again)
     try:
         con = sqlite3.connect(
             sql.database_uri(store.path, "mode=rw"), uri=True,
@@ -156,7 +163,7 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
     except sqlite3.Error:
         return False  # gone, or not ours to open: the writers' backstop checkpoints
     try:
-        for _ in range(_PASSES if store.wal_bytes >= _PASS_BYTES else 0):
+        for _ in range(_PASSES if store.wal_bytes >= PASS_BYTES else 0):
             store.wal_bytes = 0
             busy, log, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if busy or log - copied > _TAIL_PAGES or store.wal_bytes < _AGAIN_BYTES:
@@ -192,8 +199,15 @@ _checkpointer = _Checkpointer()
 _known: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every store noted in this process
 
 
+def is_due(store: Checkpointed) -> bool:
+    """Whether a round would have work on `store`: enough written to its WAL to checkpoint, or
+    free pages known to be left (the test `_round` begins with)."""
+    return store.wal_bytes >= PASS_BYTES or store.free_pages_left
+
+
 def note_commit(store: Checkpointed) -> None:
-    """`store` committed a write (called once per round at most: see ``Store.wal_noted``)."""
+    """`store` committed a write and `is_due` (called once per round at most: see
+    ``Store.wal_noted``)."""
     store.wal_noted = True
     _checkpointer.note(store)
 

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from . import _reaper
-from ._checkpointer import note_commit
+from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import is_busy, translate_sqlite_error
@@ -230,8 +230,8 @@ class Store:
             state.released.clear()
             _reaper.remove_later(self.disk, names)
         self.wal_bytes += charge + _COMMIT_PAGE  # a commit writes a page or more
-        if not self.wal_noted:
-            note_commit(self)
+        if not self.wal_noted and (self.wal_bytes >= PASS_BYTES or self.free_pages_left):
+            note_commit(self)  # the checkpoint thread has work (_checkpointer.is_due, inline)
         if charge:  # removals (charge 0) never trigger the size check themselves
             self.unchecked += charge
             if self.unchecked >= self.check_every:

@@ -3,6 +3,7 @@ trimming off the writers' path, and the defaults that go with it."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import threading
@@ -71,7 +72,7 @@ def test_the_thread_copies_the_wal_into_the_database_file(tmp_path):
     for number in range(300):
         cache.set(number, VALUE)
     assert wait_for(lambda: os.path.getsize(database(cache)) > 1_000_000)
-    assert _checkpointer.rounds() > before
+    assert wait_for(lambda: _checkpointer.rounds() > before)  # counted once the round ends
     assert os.path.getsize(database(cache) + '-wal') > 0  # the WAL is still in use
     assert all(cache[number] == VALUE for number in range(300))
     cache.close()
@@ -232,6 +233,36 @@ def test_a_round_that_took_a_cache_before_it_closed_skips_it(tmp_path, monkeypat
     assert wait_for(lambda: _checkpointer.rounds() > rounds)
     assert cache._store not in worked
     assert not os.path.exists(database(cache) + '-wal')
+
+
+def _rounds_around_writes(directory: str, small: int, results) -> None:
+    """In a fresh process: the thread's rounds after `small` small writes, then whether a
+    round comes once a megabyte more is written."""
+    cache = dc.Cache(directory)
+    for number in range(small):
+        cache.set(number, b'x')
+        time.sleep(0.001)  # the writes span many of the thread's intervals
+    time.sleep(5 * _checkpointer.INTERVAL)
+    results.put(_checkpointer.rounds())
+    for number in range(150):
+        cache.set(number, VALUE)
+    results.put(wait_for(lambda: _checkpointer.rounds() > 0))
+    cache.close()
+
+
+def test_the_thread_wakes_only_when_a_round_has_work(tmp_path):
+    # A few commits (far below PASS_BYTES of WAL between them) give the thread nothing to do:
+    # it is not woken for them, every interval, as it was; 1.5 MB more gives it a round.
+    spawn = multiprocessing.get_context('spawn')
+    results = spawn.Queue()
+    worker = spawn.Process(target=_rounds_around_writes, args=(str(tmp_path / 'c'), 100, results))
+    worker.start()
+    try:
+        assert results.get(timeout=300) == 0
+        assert results.get(timeout=300) is True
+    finally:
+        worker.join(60)
+    assert worker.exitcode == 0
 
 
 @pytest.mark.skipif(not hasattr(os, 'fork'), reason='needs fork()')
