@@ -25,8 +25,8 @@ and a round checkpoints from `PASS_BYTES` on.
 
 A commit notes its cache only once a round has work on it (`is_due`: `PASS_BYTES` written, or
 free pages known to be left). The note wakes the thread, which sleeps on a condition between
-rounds (the first note in a process starts it), and the round begins `INTERVAL` later, so that
-caches noted meanwhile share it. (A thread woken every `INTERVAL` while writes went on, to find
+rounds, and the round begins `INTERVAL` later, so that caches noted meanwhile share it. The
+thread exits after `IDLE_EXIT` with no round due, and the next note starts it again. (A thread woken every `INTERVAL` while writes went on, to find
 nothing due, lengthened the writers' slowest sets: see "Checkpoints" in docs/design.rst.) It
 holds `busy` for a round, and fork() waits for that: a child never inherits SQLite in the middle
 of a statement.
@@ -50,6 +50,7 @@ from ._errors import DiskCacheError, Timeout, is_busy
 __all__ = ["BACKSTOP_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds"]
 
 INTERVAL = 0.010  # seconds between rounds while caches are being written
+IDLE_EXIT = 1.0  # seconds without a round due after which the thread exits (restarted on demand)
 BACKSTOP_PAGES = 2000  # the writers' connections' wal_autocheckpoint (SQLite's: 1000)
 _PASSES = 20  # checkpoints per round at most, while writers keep adding pages
 _PASS_PAUSE = 0.001  # seconds between them
@@ -115,8 +116,11 @@ class _Checkpointer:
     def _run(self) -> None:
         while True:
             with self.lock:
-                while not self.noted:
-                    self.wakeup.wait()
+                if not self.noted:
+                    self.wakeup.wait(IDLE_EXIT)
+                if not self.noted:  # idle: a process that forks later has no thread to copy
+                    self.thread = None
+                    return
             time.sleep(INTERVAL)  # caches noted meanwhile join this round
             with self.busy:
                 with self.lock:

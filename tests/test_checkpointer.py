@@ -247,18 +247,24 @@ def _rounds_around_writes(directory: str, small: int, results) -> None:
     for number in range(150):
         cache.set(number, VALUE)
     results.put(wait_for(lambda: _checkpointer.rounds() > 0))
+    # With no round due for IDLE_EXIT, the thread exits (a later fork finds no thread to copy).
+    results.put(wait_for(lambda: 'diskcache_core-checkpoint' not in {
+        thread.name for thread in threading.enumerate()
+    }))
     cache.close()
 
 
 def test_the_thread_wakes_only_when_a_round_has_work(tmp_path):
     # A few commits (far below PASS_BYTES of WAL between them) give the thread nothing to do:
-    # it is not woken for them, every interval, as it was; 1.5 MB more gives it a round.
+    # it is not woken for them, every interval, as it was; 1.5 MB more gives it a round; idle,
+    # it exits.
     spawn = multiprocessing.get_context('spawn')
     results = spawn.Queue()
     worker = spawn.Process(target=_rounds_around_writes, args=(str(tmp_path / 'c'), 100, results))
     worker.start()
     try:
         assert results.get(timeout=300) == 0
+        assert results.get(timeout=300) is True
         assert results.get(timeout=300) is True
     finally:
         worker.join(60)
