@@ -116,6 +116,18 @@ class AccessLog:
             self.scheduled = False
         return batch
 
+    @staticmethod
+    def split(batch: Batch, size: int) -> list[Batch]:
+        """`batch` in parts of at most `size` keys, to be written one transaction each (the
+        first part carries the hits and misses)."""
+        pending, hits, misses = batch
+        items = list(pending.items())
+        parts = [(dict(items[start : start + size]), 0, 0) for start in range(0, len(items), size)]
+        if not parts:
+            return [({}, hits, misses)]
+        parts[0] = (parts[0][0], hits, misses)
+        return parts
+
     def give_back(self, batch: Batch) -> None:
         """Re-attach a batch whose write failed (a busy database): it goes out next time."""
         pending, hits, misses = batch

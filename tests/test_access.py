@@ -191,3 +191,44 @@ def test_reads_after_an_idle_miss_still_reach_the_database_without_close(make_st
     assert wait_until(
         lambda: item_rows(cache.directory, 'access_time')[0][0] > stored_time, timeout=60
     ), 'the hit was never written in the background'
+
+
+def test_a_large_batch_is_written_in_parts_and_a_failed_part_is_kept(make_store, monkeypatch):
+    """The access log is written `_FLUSH_BATCH` keys per transaction (the write lock is never
+    held for the whole batch); a part that fails goes back to the log, with every part after
+    it, and is written by the next flush; the parts before it are not written twice."""
+    from diskcache_core import _eviction
+
+    monkeypatch.setattr(_eviction, '_FLUSH_BATCH', 40)
+    cache = make_store(eviction_policy='least-frequently-used', statistics=True)
+    keys = [f'k{number}' for number in range(100)]
+    with cache.transact():
+        for key in keys:
+            cache.set(key, key)
+    evictor = cache._evictor
+    evictor.flush_access_log()  # nothing pending yet from this process's reads
+    for key in keys:
+        assert cache.get(key) == key
+    cache.get('missing')
+    store = evictor.store
+    real_transaction = store.transaction
+    transactions = []
+
+    def failing_third(*args, **kwargs):
+        transactions.append(len(transactions))
+        if len(transactions) == 3:
+            raise RuntimeError('injected')
+        return real_transaction(*args, **kwargs)
+
+    monkeypatch.setattr(store, 'transaction', failing_third)
+    with pytest.raises(RuntimeError):
+        evictor.flush_access_log()
+    assert len(transactions) == 3  # 40 + 40 written, the last 20 given back
+    assert sorted(evictor.access.pending) == sorted((key, 1) for key in keys[80:])
+    counts = dict(item_rows(cache.directory, 'key, access_count'))
+    assert [counts[key] for key in keys] == [1] * 80 + [0] * 20
+    monkeypatch.setattr(store, 'transaction', real_transaction)
+    evictor.flush_access_log()
+    counts = dict(item_rows(cache.directory, 'key, access_count'))
+    assert all(counts[key] == 1 for key in keys)
+    assert cache.stats() == (100, 1)  # the hits and misses went with the first part, once
