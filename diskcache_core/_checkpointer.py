@@ -26,10 +26,10 @@ and a round checkpoints from `PASS_BYTES` on.
 A commit notes its cache only once a round has work on it (`is_due`: `PASS_BYTES` written, or
 free pages known to be left). The note wakes the thread, which sleeps on a condition between
 rounds, and the round begins `INTERVAL` later, so that caches noted meanwhile share it. The
-thread exits after `IDLE_EXIT` with no round due, and the next note starts it again. (A thread woken every `INTERVAL` while writes went on, to find
-nothing due, lengthened the writers' slowest sets: see "Checkpoints" in docs/design.rst.) It
-holds `busy` for a round, and fork() waits for that: a child never inherits SQLite in the middle
-of a statement.
+thread exits after `IDLE_EXIT` with no round due, and the next note starts it again. (A thread
+woken every `INTERVAL` while writes went on, to find nothing due, lengthened the writers'
+slowest sets: see "Checkpoints" in docs/design.rst.) It holds `busy` for a round, and fork()
+waits for that: a child never inherits SQLite in the middle of a statement.
 Each round opens and closes its own connections, so none is left to a fork, and ``close()``
 waits only for a round working on its own cache, and makes a round that took it before skip it
 (so that the cache's last close is SQLite's last: it checkpoints and removes the WAL).
