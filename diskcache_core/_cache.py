@@ -378,9 +378,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             rowid, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             value = ENOVAL
             if db_expire is None or db_expire > now:
-                checked = size if filename is not None and self._sized_files else db_value
                 try:
-                    value = self._disk.fetch(mode, filename, checked, False)
+                    value = self._queues.fetch_row(mode, filename, db_value, size)
                 except FileNotFoundError:
                     pass  # a missing value file: the item goes, as a miss
             unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)

@@ -25,8 +25,9 @@ class Queues:
         self._disk = disk
         self._sized_files = sized_files  # a value file must be as long as its row says
 
-    def _fetch(self, mode: int, filename: str | None, db_value: Any, size: int) -> Any:
-        """The value of a row (FileNotFoundError when its value file is gone or cut short)."""
+    def fetch_row(self, mode: int, filename: str | None, db_value: Any, size: int) -> Any:
+        """The value of a row (FileNotFoundError when its value file is gone or cut short);
+        also Cache.pop's, which selects the same columns."""
         checked = size if filename is not None and self._sized_files else db_value
         return self._disk.fetch(mode, filename, checked, False)
 
@@ -94,7 +95,7 @@ class Queues:
             live = db_expire is None or db_expire >= now
             if live:
                 try:
-                    value = self._fetch(mode, filename, db_value, size)
+                    value = self.fetch_row(mode, filename, db_value, size)
                 except FileNotFoundError:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
@@ -143,7 +144,7 @@ class Queues:
                 self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
-                value = self._fetch(mode, filename, db_value, size)
+                value = self.fetch_row(mode, filename, db_value, size)
             except FileNotFoundError:
                 # Replaced meanwhile, or lost for good: the row goes if it is still the one
                 # read (as pull removes it), and either way we look again.
