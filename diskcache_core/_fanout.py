@@ -25,7 +25,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import _schema as sql
 from ._arguments import check_text, check_timeout, shape
@@ -54,7 +54,6 @@ from ._subcollections import SubCollections
 # LAYOUT_FILE: Cache.check skips the layout file of a FanoutCache directory.
 __all__ = ["LAYOUT_FILE", "MAX_SHARDS", "FanoutCache", "FanoutStats", "placement_hash"]
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 
@@ -195,7 +194,7 @@ class FanoutCache(AsyncDataMixin):
             _store_within_share(shard)
             cache_list.append(shard)
         self._shards = tuple(cache_list)
-        self._place = placement(layout, self._shards[0].disk, self._shards)
+        self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
         self._named = SubCollections(directory, disk)
         self._timeouts = 0
@@ -230,7 +229,11 @@ class FanoutCache(AsyncDataMixin):
 
     def shard_for(self, key: Any) -> Cache:
         """The shard that holds `key`."""
-        return self._place(key)
+        return self._shards[self._number(key)]
+
+    # Every keyed operation indexes ``self._shards`` when it runs (as python-diskcache's
+    # FanoutCache does, whose own tests stand a mock in for it).
+    _place = shard_for
 
     def check_fits(self, key: Any, value: Any) -> None:
         """Raise ValueError if `value` is bytes or str longer than `key`'s shard's size limit.
@@ -248,23 +251,15 @@ class FanoutCache(AsyncDataMixin):
             return getattr(self._shards[0], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def _on_shard(
-        self,
-        gave_up: R,
-        method: Callable[Concatenate[Cache, Any, P], R],
-        key: Any,
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> R:
-        """``method(shard, key, ...)`` on `key`'s shard; `gave_up` when the shard stayed busy.
+    def _on_shard(self, gave_up: R, method: str, key: Any, /, *args: Any) -> R:
+        """`method` of `key`'s shard; `gave_up` when the shard stayed busy.
 
         `gave_up` is the method's documented result for giving up (False, None, or the default
         in the shape a success would have); each give-up is counted for ``stats().timeouts``.
         """
-        shard = self._place(key)
+        shard = self._shards[self._number(key)]
         try:
-            return method(shard, key, *args, **kwargs)
+            return cast(R, getattr(shard, method)(key, *args))
         except Timeout:
             self._gave_up()
             return gave_up
@@ -295,7 +290,7 @@ class FanoutCache(AsyncDataMixin):
             elif kind is bytes and self._text_inline:
                 shard = self._shards[(((crc32(key, 1) * GOLDEN) & MASK64) >> 32) % self._count]
             else:
-                shard = self._place(key)
+                shard = self._shards[self._number(key)]
         except UnicodeEncodeError:
             check_text("key", key)  # lone surrogates: ValueError naming the key
             raise
@@ -330,7 +325,7 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy."""
-        shard = self._place(key)  # _on_shard written out, as in get (a call less)
+        shard = self._shards[self._number(key)]  # _on_shard written out, as in get
         try:
             return shard.set(key, value, expire, read, tag, retry)
         except Timeout:
@@ -351,19 +346,19 @@ class FanoutCache(AsyncDataMixin):
         retry: bool = False,
     ) -> bool:
         """Store `value` only if `key` is missing; False when present or its shard was busy."""
-        return self._on_shard(False, Cache.add, key, value, expire, read, tag, retry)
+        return self._on_shard(False, "add", key, value, expire, read, tag, retry)
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; False when missing or its shard was busy."""
-        return self._on_shard(False, Cache.touch, key, expire, retry)
+        return self._on_shard(False, "touch", key, expire, retry)
 
     def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Add `delta` to the number at `key` atomically; the new value, or None when busy."""
-        return self._on_shard(None, Cache.incr, key, delta, default, retry)
+        return self._on_shard(None, "incr", key, delta, default, retry)
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Subtract `delta` from the number at `key` atomically; the new value, or None when busy."""
-        return self._on_shard(None, Cache.decr, key, delta, default, retry)
+        return self._on_shard(None, "decr", key, delta, default, retry)
 
     def pop(
         self,
@@ -375,11 +370,11 @@ class FanoutCache(AsyncDataMixin):
     ) -> Any:
         """Remove `key` and return its value, or `default` if missing or its shard was busy."""
         gave_up = shape(default, None, None, expire_time, tag)
-        return self._on_shard(gave_up, Cache.pop, key, default, expire_time, tag, retry)
+        return self._on_shard(gave_up, "pop", key, default, expire_time, tag, retry)
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when it was present, False when missing or its shard was busy."""
-        return self._on_shard(False, Cache.delete, key, retry)
+        return self._on_shard(False, "delete", key, retry)
 
     def __delitem__(self, key: Any) -> None:
         """Remove `key` (retrying while its shard is busy); KeyError if missing."""
@@ -511,8 +506,13 @@ class FanoutCache(AsyncDataMixin):
                 shard.reset(key, share)
             return value
         result = None
-        for shard in self._shards:
-            result = shard.reset(key, value)
+        for shard in self._shards:  # every shard, each until its lock is had (as it must)
+            while True:
+                try:
+                    result = shard.reset(key, value)
+                except Timeout:
+                    continue
+                break
         return result
 
     def flush_access_log(self, timeout: float | None = None) -> None:

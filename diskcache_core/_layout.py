@@ -21,7 +21,7 @@ import struct
 import tempfile
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from ._arguments import check_text
 from ._disk import Disk
@@ -32,8 +32,6 @@ __all__ = [
     "proportional_shares",
     "placement_hash", "read_layout", "shard_name",
 ]  # fmt: skip
-
-T = TypeVar("T")
 
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
 # is a database, its WAL and version files: a few file descriptors per thread that uses it.
@@ -88,37 +86,35 @@ def _peer_hash(db_key: Any) -> int:
     return zlib.adler32(struct.pack("!d", db_key)) & _U32
 
 
-def placement(layout: str, disk: Disk, shards: Sequence[T]) -> Callable[[Any], T]:
-    """The function placing a key on one of `shards` under `layout` (from `read_layout`).
+def placement(layout: str, disk: Disk, count: int) -> Callable[[Any], int]:
+    """The function giving a key's shard number, of `count` shards, under `layout`.
 
-    Every keyed operation of FanoutCache finds its shard through it (``get`` inlines its
-    arithmetic, see `hashes_text_inline`). With the standard ``Disk.put``, str and bytes keys
-    are their own stored form: they are hashed here, without a call to ``put`` or
-    `placement_hash`.
+    The layout comes from `read_layout`. Every keyed operation of FanoutCache finds its shard
+    through it (``get`` inlines its arithmetic, see `hashes_text_inline`). With the standard
+    ``Disk.put``, str and bytes keys are their own stored form: they are hashed here, without a
+    call to ``put`` or `placement_hash`.
     """
-    table = tuple(shards)
-    count = len(table)
     put = disk.put
     if layout == _HASH_PEER:
-        return lambda key: table[_peer_hash(put(key)[0]) % count]
+        return lambda key: _peer_hash(put(key)[0]) % count
     if not hashes_text_inline(layout, disk):
-        return lambda key: table[placement_hash(put(key)[0]) % count]
+        return lambda key: placement_hash(put(key)[0]) % count
 
     crc, golden, mask = crc32, GOLDEN, MASK64  # cells: read faster than module globals
 
-    def place(key: Any) -> T:
+    def number(key: Any) -> int:
         kind = type(key)
         if kind is str:
             try:
-                return table[(((crc(key.encode()) * golden) & mask) >> 32) % count]
+                return (((crc(key.encode()) * golden) & mask) >> 32) % count
             except UnicodeEncodeError:
                 check_text("key", key)  # lone surrogates: ValueError naming the key
                 raise
         if kind is bytes:
-            return table[(((crc(key, 1) * golden) & mask) >> 32) % count]
-        return table[placement_hash(put(key)[0]) % count]
+            return (((crc(key, 1) * golden) & mask) >> 32) % count
+        return placement_hash(put(key)[0]) % count
 
-    return place
+    return number
 
 
 def hashes_text_inline(layout: str, disk: Disk) -> bool:
