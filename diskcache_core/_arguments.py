@@ -10,7 +10,8 @@ from typing import Any
 
 __all__ = [
     "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "check_bindable", "check_expire", "check_key",
-    "check_side", "check_tag", "check_text", "check_timeout", "expire_at", "key_range", "shape",
+    "check_side", "check_tag", "check_text", "check_time", "check_timeout", "expire_at",
+    "key_range", "shape",
 ]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
@@ -23,15 +24,22 @@ QUEUE_START = 500000000000000
 MAX_TIMEOUT = (2**31 - 1) / 1000
 
 
-def check_timeout(timeout: Any) -> None:
-    """A cache's write timeout: a number of seconds from 0 to MAX_TIMEOUT (about 24.8 days)."""
-    if type(timeout) not in (int, float):  # not bool, not a numeric string
-        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    if not 0 <= timeout <= MAX_TIMEOUT:  # NaN fails both comparisons
+def check_timeout(timeout: Any) -> float:
+    """A cache's write timeout: a number of seconds from 0 to MAX_TIMEOUT (about 24.8 days).
+
+    Returns it as an int or float (a numpy number is made a float).
+    """
+    if type(timeout) not in (int, float):
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+        timeout = float(timeout)
+    seconds: float = timeout
+    if not 0 <= seconds <= MAX_TIMEOUT:  # NaN fails both comparisons
         raise ValueError(
             f"timeout must be from 0 to {MAX_TIMEOUT} seconds, got {timeout} (SQLite counts it "
             "in 32-bit milliseconds: beyond that it would not wait at all)"
         )
+    return seconds
 
 
 def check_text(name: str, text: str) -> None:
@@ -107,13 +115,30 @@ def expire_at(now: float, expire: Any) -> float | None:
         return None
     if type(expire) not in (int, float) and not isinstance(expire, numbers.Real):
         raise TypeError(f"expire must be a number of seconds or None, not {type(expire).__name__}")
+    return now + _seconds("expire", expire, ": SQLite would store it as 'never expires'")
+
+
+def _seconds(name: str, value: Any, why_not_nan: str = "") -> float:
+    """`value` (a real number) as a float: ValueError naming `name` when too large, or NaN."""
     try:
-        seconds = float(expire)
+        seconds = float(value)
     except OverflowError:
-        raise ValueError(f"expire {expire} is too large for a float number of seconds") from None
+        raise ValueError(f"{name} {value} is too large for a float number of seconds") from None
     if seconds != seconds:
-        raise ValueError("expire must not be NaN: SQLite would store it as 'never expires'")
-    return now + seconds
+        raise ValueError(f"{name} must not be NaN{why_not_nan}")
+    return seconds
+
+
+def check_time(name: str, value: Any) -> float:
+    """A point in time, in seconds since the epoch as ``time.time()`` gives it.
+
+    A real number, not NaN, not bool: SQLite would compare a string or NaN with the stored
+    times in a way that silently selects the wrong items.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        kind = type(value).__name__
+        raise TypeError(f"{name} must be a time in seconds since the epoch, not {kind}: {value!r}")
+    return _seconds(name, value)
 
 
 def check_expire(expire: Any) -> None:
@@ -121,18 +146,34 @@ def check_expire(expire: Any) -> None:
     expire_at(0.0, expire)
 
 
-def check_tag(tag: Any) -> None:
-    """A tag SQLite stores as it is: str (UTF-8), bytes, 64-bit int, float (not NaN) or None."""
+def check_tag(tag: Any) -> Any:
+    """A tag as SQLite stores it: str (UTF-8), bytes, 64-bit int, float (not NaN) or None.
+
+    Returns it as that base type: what SQLite would store for a subclass (an ``enum`` member
+    of str or int, ``True``, numpy's float64) or a bytes-like object (bytearray, memoryview),
+    which python-diskcache's tags take too.
+    """
     kind = type(tag)
     if tag is None or kind is bytes:
-        return
+        return tag
     if kind not in _TAG_TYPES:
-        raise TypeError(f"tag must be str, bytes, int, float or None, not {kind.__name__}")
+        if isinstance(tag, str):
+            tag = str.__str__(tag)
+        elif isinstance(tag, int):
+            tag = int.__index__(tag)
+        elif isinstance(tag, float):
+            tag = float.__float__(tag)
+        elif isinstance(tag, (bytearray, memoryview)):
+            return bytes(tag)
+        else:
+            raise TypeError(f"tag must be str, bytes, int, float or None, not {kind.__name__}")
+        kind = type(tag)
     if kind is float:
         if tag != tag:
             raise ValueError("tag must not be NaN: SQLite stores it as NULL, which evict never finds")
     else:
         check_bindable("tag", tag)
+    return tag
 
 
 def shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: bool) -> Any:

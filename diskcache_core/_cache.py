@@ -288,7 +288,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         db_key, raw = put_key(disk, key)  # checked before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
-            check_tag(tag)
+            tag = check_tag(tag)
         size, mode, filename, db_value = disk.store(value, read, key=key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         if expires is None and tag is None and filename is None:

@@ -19,7 +19,8 @@ from . import _checkpointer, _reaper
 from . import _schema as sql
 from ._arguments import check_timeout
 from ._check import check_cache
-from ._disk import ENOVAL, Disk, check_disk_class, open_cache_directory
+from ._directories import open_cache_directory
+from ._disk import ENOVAL, Disk, check_disk_class
 from ._eviction import Evictor
 from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
@@ -30,6 +31,7 @@ from ._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
     SettingAttribute,
+    usable_stored_settings,
     validate_setting,
     validate_settings,
 )
@@ -65,7 +67,7 @@ class CacheBase:
             file; every later read too) and writes raise `DatabaseError`
         """
         check_disk_class(disk)
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         checked = validate_settings(settings)
         code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}
         self._directory = directory = open_cache_directory(directory)
@@ -164,7 +166,8 @@ class CacheBase:
             if key in self._counters:
                 self._counters[key] = value
             elif key != "schema_version":
-                self._apply_setting(key, value)
+                for name, usable in usable_stored_settings({key: value}).items():
+                    self._apply_setting(name, usable)
             return value
         if key in CODE_ONLY_SETTINGS:
             raise ValueError(f"{key!r} comes from code only and cannot be stored")

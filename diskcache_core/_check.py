@@ -132,6 +132,10 @@ def _drop_row(state: "ThreadState", rowid: int, keep_file: bool) -> None:
         del state.released[mark:]
 
 
+# Value files are two levels down, a named sub-collection's a few more; deeper is someone else's.
+_MAX_DEPTH = 32
+
+
 class _Sweep:
     """The walk for files, links and directories no row accounts for.
 
@@ -149,11 +153,11 @@ class _Sweep:
     def run(self, directory: str) -> None:
         """Sweep the cache directory `directory` (itself possibly reached through a link)."""
         if not self.use_fd:
-            self._level(None, directory, True)
+            self._level(None, directory, 0)
             return
         fd = os.open(directory, _valuefiles.ROOT_FLAGS)
         try:
-            self._level(fd, directory, True)
+            self._level(fd, directory, 0)
         finally:
             os.close(fd)
 
@@ -161,10 +165,10 @@ class _Sweep:
         # cache.db and its -wal, -shm, -journal and -versions files; the FanoutCache layout file.
         return name.startswith(sql.DBNAME) or name == self.layout_file
 
-    def _level(self, fd: int | None, path: str, top: bool) -> bool:
-        """Sweep one directory; True when it is (now) empty."""
+    def _level(self, fd: int | None, path: str, depth: int) -> bool:
+        """Sweep one directory, `depth` levels below the cache's; True when it is (now) empty."""
         names = sorted(os.listdir(path if fd is None else fd))
-        if not top and sql.DBNAME in names:
+        if depth and sql.DBNAME in names:
             return False  # another cache's directory: not ours to sweep
         left = len(names)
         for name in names:
@@ -189,7 +193,7 @@ class _Sweep:
                     self._remove_link(fd, full_path, name, status)
                     left -= 1
             elif stat.S_ISDIR(status.st_mode):
-                if self._directory(fd, full_path, name):
+                if self._directory(fd, full_path, name, depth + 1):
                     left -= 1
             elif full_path in self.named or self._protected(name):
                 continue
@@ -203,17 +207,24 @@ class _Sweep:
                     left -= 1
         return left == 0
 
-    def _directory(self, fd: int | None, full_path: str, name: str) -> bool:
+    def _directory(self, fd: int | None, full_path: str, name: str, depth: int) -> bool:
         """Sweep subdirectory `name`; report it when empty; True when `fix` removed it."""
+        if depth > _MAX_DEPTH:  # no cache makes these: reported, not walked (nor recursed into)
+            warnings.warn(
+                f"directory nested over {_MAX_DEPTH} levels deep, not swept: {full_path}",
+                UnknownFileWarning,
+                stacklevel=5,
+            )
+            return False
         if fd is None:
-            empty = self._level(None, full_path, False)
+            empty = self._level(None, full_path, depth)
         else:
             try:
                 child = os.open(name, _valuefiles.DIR_FLAGS, dir_fd=fd)
             except OSError:
                 return False  # gone or swapped for a link since the listing: the next check sees it
             try:
-                empty = self._level(child, full_path, False)
+                empty = self._level(child, full_path, depth)
             finally:
                 os.close(child)
         if not empty:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
 from ._checkpointer import BACKSTOP_PAGES
-from ._errors import ReadOnlyCacheWarning, translate_sqlite_error
+from ._errors import DatabaseError, ReadOnlyCacheWarning, translate_sqlite_error
 from ._memory import change_recorder
 from ._schema import (
     NEW_VALUE_FUNCTION,
@@ -376,10 +377,19 @@ def _cannot_open_wal_index(exc: sqlite3.Error) -> bool:
 
 
 def _open_if_exists(path: str) -> int:
+    """A descriptor of the regular file `path`, or -1 when there is none: never a link or a
+    FIFO (opened without waiting for a writer, and refused)."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return -1
+    except OSError as exc:
+        raise DatabaseError(f"cannot open {path!r}: {exc}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DatabaseError(f"{path!r} is not a regular file: refused")
+    return fd
 
 
 def _identity(path: str, with_time: bool = False) -> Any:

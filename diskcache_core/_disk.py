@@ -20,7 +20,6 @@ import pickle
 import pickletools
 import stat
 import struct
-import tempfile
 import zlib
 from typing import Any, Callable, Iterable, cast
 
@@ -41,7 +40,6 @@ from ._valuefiles import (
 
 __all__ = [
     "Constant",
-    "make_private_dirs",
     "Disk",
     "ENOVAL",
     "JSONDisk",
@@ -83,45 +81,6 @@ _CODEC_SHIFT = 4
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
-
-
-def open_cache_directory(directory: str | os.PathLike[str] | None) -> str:
-    """The cache directory `directory` names (a new temporary one for None), created owner-only
-    if missing; TypeError for a non-path, NotADirectoryError for a file."""
-    if directory is None:
-        return tempfile.mkdtemp(prefix="diskcache_core-")
-    try:
-        path = op.expandvars(op.expanduser(os.fspath(directory)))
-    except TypeError:
-        raise TypeError(f"directory must be a path, not {type(directory).__name__}") from None
-    if not op.isdir(path):
-        if op.exists(path) and not op.isdir(path):  # (another opener may have just made it)
-            raise NotADirectoryError(f"cache directory {path!r} is not a directory")
-        make_private_dirs(path)
-    return path
-
-
-def make_private_dirs(path: str) -> None:
-    """Create `path` and any missing parents owner-only (0700), whatever the umask.
-
-    os.makedirs applies its mode to the last level only (and through the umask), so each
-    level is made here.
-    """
-    missing = []
-    while path and not op.isdir(path):
-        missing.append(path)
-        parent = op.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    for level in reversed(missing):
-        try:
-            os.mkdir(level, 0o700)
-        except FileExistsError:
-            if not op.isdir(level):
-                raise
-            continue  # another process made it first
-        os.chmod(level, 0o700)
 
 
 class _Codec:

@@ -14,6 +14,7 @@
     UserWarning
      ├── UnknownFileWarning              Cache.check: a file no row names
      ├── ReadOnlyCacheWarning            a read-only cache read by reopening it per statement
+     ├── StoredSettingWarning            a stored setting not usable here: its default is used
      └── EmptyDirWarning                 Cache.check: an empty value directory
 
 SQLite's exceptions are translated to these in exactly one place (`translate_sqlite_error`).
@@ -35,6 +36,7 @@ __all__ = [
     "RemoteError",
     "RemoteUnavailableError",
     "RemoteUnsupportedError",
+    "StoredSettingWarning",
     "Timeout",
     "UnknownFileWarning",
     "UnsafePickleError",
@@ -104,6 +106,11 @@ class ReadOnlyCacheWarning(UserWarning):
     opens the database afresh (slow, but never a frozen snapshot)."""
 
 
+class StoredSettingWarning(UserWarning):
+    """A setting stored in the database (by python-diskcache, say) means nothing here: the
+    cache runs with the default instead, and the stored row is left as it is."""
+
+
 class EmptyDirWarning(UserWarning):
     """Cache.check found an empty value directory."""
 
@@ -122,6 +129,7 @@ def is_busy(exc: sqlite3.Error) -> bool:
 _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
 _NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _LOW_SPACE = 64 * 1024  # bytes: below this, an I/O failure is taken for a full disk
+_ROOMY = 64 * 1024 * 1024  # bytes: with this free, SQLITE_FULL is not a full device
 
 
 def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskCacheError:
@@ -135,9 +143,17 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
     if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
         return Timeout(str(exc))
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
-    if code == _SQLITE_FULL or "disk is full" in str(exc) or (
-        code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and _disk_full(path)
-    ):
+    full = code == _SQLITE_FULL or "disk is full" in str(exc)
+    room = _free_space(path)
+    # SQLite also says SQLITE_FULL for some damaged databases: with plenty of room on the
+    # device it is more likely damage (or a quota), and is not reported as a full disk.
+    if full and room is not None and room >= _ROOMY:
+        return DatabaseError(
+            f"SQLite: {exc}, yet the device has {room >> 20} MiB free: the database may be"
+            " damaged (Cache.check tells), or a disk quota is reached"
+        )
+    low = room is not None and room < _LOW_SPACE
+    if full or (code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and low):
         where = f" for {path!r}" if path else ""
         return DiskFullError(errno.ENOSPC, f"no space left on the device{where} (SQLite: {exc})")
     return DatabaseError(f"SQLite: {exc}")
@@ -151,11 +167,12 @@ def storage_error(exc: OSError, what: str) -> DiskCacheError:
     return DatabaseError(f"cannot use {what}: {exc}")
 
 
-def _disk_full(path: str | None) -> bool:
+def _free_space(path: str | None) -> int | None:
+    """Bytes free on the device of `path`, None when that cannot be told."""
     if not path or not hasattr(os, "statvfs"):
-        return False
+        return None
     try:
         info = os.statvfs(os.path.dirname(path) or ".")
     except OSError:
-        return False
-    return info.f_bavail * info.f_frsize < _LOW_SPACE
+        return None
+    return info.f_bavail * info.f_frsize

@@ -16,7 +16,7 @@ from typing import Any
 from . import _reaper
 from . import _schema as sql
 from ._access import AccessLog, schedule_flush
-from ._arguments import check_tag
+from ._arguments import check_tag, check_time
 from ._connections import ThreadState
 from ._errors import DiskCacheError, Timeout
 from ._settings import Settings
@@ -142,12 +142,12 @@ class Evictor:
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
-        cutoff = time.time() if now is None else now
+        cutoff = time.time() if now is None else check_time("now", now)
         return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many."""
-        check_tag(tag)
+        tag = check_tag(tag)
         return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry)
 
     def clear(self, retry: bool = False) -> int:

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import os.path as op
 import threading
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar, cast
 
-from . import _schema as sql
-from ._arguments import check_text, check_timeout, shape
+from ._arguments import check_text, check_time, check_timeout, shape
 from ._async import AsyncDataMixin, run_sync
 from ._cache import Cache
-from ._disk import ENOVAL, UNKNOWN, Disk, check_disk_class, open_cache_directory
+from ._directories import open_cache_directory
+from ._disk import ENOVAL, Disk, check_disk_class
 from ._errors import Timeout
 from ._layout import (
     GOLDEN,
@@ -43,12 +41,13 @@ from ._layout import (
     placement,
     proportional_shares,
 )
-from ._layout import placement_hash, read_layout, shard_name
+from ._layout import placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
-from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, REMOTE_DEFAULTS, validate_settings
+from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, validate_settings
 from ._persistent import Deque, Index
+from ._shards import check_share, memory_shares, open_shards, split_evenly
 from ._subcollections import SubCollections
 
 # LAYOUT_FILE: Cache.check skips the layout file of a FanoutCache directory.
@@ -80,62 +79,6 @@ class FanoutStats(tuple[int, int]):
         return f"FanoutStats(hits={self[0]}, misses={self[1]}, timeouts={self.timeouts})"
 
 
-def _split(total: int, shards: int) -> list[int]:
-    """`total` bytes in `shards` near-equal shares that add up to it exactly."""
-    share, extra = divmod(total, shards)
-    return [share + (number < extra) for number in range(shards)]
-
-
-def _memory_shares(total: int, shards: int) -> list[int]:
-    """A memory-tier bound split over shards; never 0 for a shard unless the total is 0 (which
-    turns the tier off)."""
-    if 0 < total < shards:
-        return [1] * shards
-    return _split(total, shards)
-
-
-def _check_share(size: int, limit: int) -> None:
-    """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
-    ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
-    if size > limit:
-        raise ValueError(
-            f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
-            "(FanoutCache splits size_limit evenly over its shards)"
-        )
-
-
-def _store_within_share(shard: Cache) -> None:
-    """Make `shard` refuse an item larger than its size limit, with ValueError, as it is
-    serialized: that is where its stored size (a pickle's, a stream's) is first known, before
-    anything is written to the database; a value file written for it is removed.
-
-    Done by wrapping ``store`` on the shard's own Disk object (Cache's public ``disk``), so the
-    shard keeps the Disk type the user chose and no private part of Cache is involved.
-    """
-    disk = shard.disk
-    store, remove = disk.store, disk.remove
-    owner = weakref.ref(shard)  # the Disk belongs to the shard: no reference cycle
-
-    def store_within_share(
-        value: Any, read: bool, key: Any = UNKNOWN
-    ) -> tuple[int, int, str | None, Any]:
-        stored = store(value, read, key)
-        size, _, filename, db_value = stored
-        if not size and type(db_value) in (bytes, str):
-            size = len(db_value)
-        cache = owner()
-        if cache is not None:
-            try:
-                _check_share(size, cache.size_limit)
-            except ValueError:
-                if filename is not None:
-                    remove(filename)
-                raise
-        return stored
-
-    disk.store = store_within_share  # type: ignore[method-assign]
-
-
 class FanoutCache(AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
@@ -164,7 +107,7 @@ class FanoutCache(AsyncDataMixin):
         if not 1 <= shards <= MAX_SHARDS:  # checked before any directory is made
             raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
         check_disk_class(disk)
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         checked = validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.
         total = checked.pop("size_limit", None)
@@ -177,23 +120,7 @@ class FanoutCache(AsyncDataMixin):
         self._count = shards
         self._timeout = timeout
         self._disk_type = disk
-        default_total = DEFAULT_SETTINGS["size_limit"] if total is None else total
-        shares = _split(default_total, shards)
-        memory_shares = {name: _memory_shares(value, shards) for name, value in memory_limits.items()}
-        cache_list = []
-        for number in range(shards):
-            path = op.join(directory, shard_name(number))
-            shard_settings = dict(checked)
-            shard_settings.update((name, split[number]) for name, split in memory_shares.items())
-            if total is not None or not op.exists(op.join(path, sql.DBNAME)):
-                shard_settings["size_limit"] = shares[number]
-            if checked.get("remote") is not None:  # each shard its own names (and listener)
-                prefix = checked.get("remote_prefix", REMOTE_DEFAULTS["remote_prefix"])
-                shard_settings["remote_prefix"] = f"{prefix}{number}/"
-            shard = Cache(path, timeout=timeout, disk=disk, **shard_settings)
-            _store_within_share(shard)
-            cache_list.append(shard)
-        self._shards = tuple(cache_list)
+        self._shards = open_shards(directory, shards, timeout, disk, checked, total, memory_limits)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
         self._named = SubCollections(directory, disk)
@@ -243,7 +170,7 @@ class FanoutCache(AsyncDataMixin):
         measured when it is serialized, and refused then if too large.
         """
         if type(value) in (bytes, str):
-            _check_share(len(value), self._place(key).size_limit)
+            check_share(len(value), self._place(key).size_limit)
 
     def __getattr__(self, name: str) -> Any:
         # Settings read through to shard 0, as in python-diskcache (all shards share them).
@@ -409,9 +336,14 @@ class FanoutCache(AsyncDataMixin):
                     break
         return total
 
-    def expire(self, now: float | None = None, retry: bool = False) -> int:
-        """Remove expired items from every shard; return how many."""
-        return self._each_until_done("expire", time.time() if now is None else now, retry=retry)
+    def expire(self, retry: bool = False, now: float | None = None) -> int:
+        """Remove expired items from every shard; return how many.
+
+        `retry` comes first, as in python-diskcache's FanoutCache (Cache.expire takes `now`
+        first); `now` is the time to expire by, the current time by default.
+        """
+        cutoff = time.time() if now is None else check_time("now", now)
+        return self._each_until_done("expire", cutoff, retry=retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag` from every shard; return how many."""
@@ -456,6 +388,12 @@ class FanoutCache(AsyncDataMixin):
                 self._timeouts = 0
         return FanoutStats(hits, misses, timeouts)
 
+    async def aexpire(  # type: ignore[override]  # retry first, as python-diskcache's
+        self, retry: bool = False, now: float | None = None
+    ) -> int:
+        """Awaitable `expire` (`retry` first, as `expire` takes it)."""
+        return await run_sync(self.expire, retry, now)
+
     async def astats(self, enable: bool = True, reset: bool = False) -> FanoutStats:
         """Awaitable `stats` (its result has ``.timeouts``, unlike Cache's)."""
         return await run_sync(self.stats, enable, reset)
@@ -483,7 +421,7 @@ class FanoutCache(AsyncDataMixin):
         self._split_memory_limit("memory_item_limit", value)
 
     def _split_memory_limit(self, name: str, value: int) -> None:
-        shares = _memory_shares(validate_settings({name: value})[name], self._count)
+        shares = memory_shares(validate_settings({name: value})[name], self._count)
         for shard, share in zip(self._shards, shares):
             setattr(shard, name, share)
 
@@ -501,7 +439,7 @@ class FanoutCache(AsyncDataMixin):
             results = [shard.reset(key) for shard in self._shards]
             return sum(results) if key == "size_limit" else results[0]
         if key == "size_limit":
-            shares = _split(validate_settings({key: value})[key], self._count)
+            shares = split_evenly(validate_settings({key: value})[key], self._count)
             for shard, share in zip(self._shards, shares):
                 shard.reset(key, share)
             return value

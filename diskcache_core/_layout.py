@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import os.path as op
+import stat
 import struct
 import tempfile
 import zlib
@@ -25,6 +26,7 @@ from typing import Any
 
 from ._arguments import check_text
 from ._disk import Disk
+from ._errors import storage_error
 from ._schema import LAYOUT_FILE
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
 # is a database, its WAL and version files: a few file descriptors per thread that uses it.
 MAX_SHARDS = 1000
+_LAYOUT_MAX = 64 * 1024  # bytes: a layout file holds a few dozen
 _HASH_CRC = "crc32-fibonacci-v1"
 _HASH_PEER = "python-diskcache-adler32"
 _U32 = 0xFFFFFFFF
@@ -146,8 +149,7 @@ def read_layout(directory: str, shards: int) -> str:
         for name in os.listdir(directory)
     )
     try:
-        with open(path, encoding="utf-8") as handle:
-            layout = json.load(handle)
+        layout = json.loads(_read_layout_file(path))
     except FileNotFoundError:
         if existing:
             if existing != shards:
@@ -156,7 +158,11 @@ def read_layout(directory: str, shards: int) -> str:
                     f"shards; open it with shards={existing}"
                 ) from None
             return _HASH_PEER
-        if _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC}):
+        try:
+            recorded = _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC})
+        except OSError as exc:  # a full disk says so (DiskFullError)
+            raise storage_error(exc, f"the shard layout {path!r}") from exc
+        if recorded:
             return _HASH_CRC
         return read_layout(directory, shards)  # another opener recorded it first: use theirs
     except (ValueError, OSError) as exc:
@@ -169,6 +175,21 @@ def read_layout(directory: str, shards: int) -> str:
             f"opening it with shards={shards} would misplace every key"
         )
     return str(layout["hash"])
+
+
+def _read_layout_file(path: str) -> bytes:
+    """The layout file's bytes: a regular file, not a link, not waited on, at most 64 KiB."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, _LAYOUT_MAX + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _LAYOUT_MAX:
+        raise ValueError(f"larger than {_LAYOUT_MAX} bytes")
+    return data
 
 
 def _record_layout(path: str, layout: dict[str, Any]) -> bool:

@@ -27,6 +27,7 @@ import base64
 import functools
 import inspect
 import math
+import numbers
 import pickle
 import pickletools
 import random
@@ -487,6 +488,11 @@ def memoize(
     return decorator
 
 
+def _check_number(option: str, number: Any) -> None:
+    if isinstance(number, bool) or not isinstance(number, numbers.Real):
+        raise TypeError(f"{option} must be a number, not {type(number).__name__}: {number!r}")
+
+
 def memoize_stampede(
     cache: Any,
     expire: float | None,
@@ -524,6 +530,10 @@ def memoize_stampede(
     """
     _check_options(name, typed, ignore, key, should_cache)
     _check_storage(expire, tag)
+    _check_number("beta", beta)
+    _check_number("lock_expire", lock_expire)
+    if wait_timeout is not None:
+        _check_number("wait_timeout", wait_timeout)
     if not beta >= 0:  # NaN too
         raise ValueError(f"beta must be >= 0, not {beta!r}")
     if not lock_expire > 0:

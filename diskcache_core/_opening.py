@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import os.path as op
 import sqlite3
+import stat
 import time
 from typing import Any, Callable, NamedTuple, TypeVar
 
@@ -20,7 +21,7 @@ from ._connections import ConnectionPool
 from ._disk import Disk
 from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
-from ._settings import PEER_ONLY_ROWS, Settings, validate_settings
+from ._settings import PEER_ONLY_ROWS, Settings, usable_stored_settings
 from ._versionfile import open_versions
 
 __all__ = ["Opened", "open_database"]
@@ -68,6 +69,7 @@ def open_database(
     # remove). See _connections.ReadOnlyReader for later reads.
     no_wal_index = pool.read_only and not op.exists(pool.path + "-shm")
     try:
+        _refuse_special_file(pool.path)
         if not pool.read_only:
             create_database_file(pool.path, os.stat(directory))
         elif not op.exists(pool.path):
@@ -91,6 +93,10 @@ def open_database(
     try:
         stored = _read_settings(con, pool.path, setup_timeout)
         settings.update(_usable(stored))
+        # A stored row read as a usable value (a float size, a default for one that means
+        # nothing here) counts as that value: reopening rewrites none of them.
+        in_force = settings.values()
+        stored = {name: in_force.get(name, value) for name, value in stored.items()}
         settings.update(checked)
         disk = disk_type(directory, **settings.disk_options(code_only))  # checks its options
         if pool.read_only:
@@ -120,6 +126,18 @@ def open_database(
         con.close()
 
 
+def _refuse_special_file(path: str) -> None:
+    """A database file that is there must be a regular file: a planted link would make SQLite
+    write outside the directory (invariant 3), and a FIFO would hang a read-only open."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise DatabaseError(f"the cache database {path!r} is {kind}: refused, not followed")
+
+
 def _counters(stored: dict[str, Any]) -> dict[str, int | None]:
     counters: dict[str, int | None] = {name: stored.get(name, 0) for name in sql.METADATA}
     counters["count"] = stored.get("count", None if stored else 0)  # a new database: empty
@@ -130,10 +148,9 @@ def _counters(stored: dict[str, Any]) -> dict[str, int | None]:
 
 def _usable(stored: dict[str, Any]) -> dict[str, Any]:
     """The settings among a database's Settings rows (not counters, not a peer's rows)."""
-    return validate_settings(
+    return usable_stored_settings(
         {
-            # python-diskcache's FanoutCache stores size_limit / shards, a float
-            name: int(value) if type(value) is float and value.is_integer() else value
+            name: value
             for name, value in stored.items()
             if name not in sql.METADATA and name not in PEER_ONLY_ROWS and name != "schema_version"
         }

@@ -6,6 +6,7 @@ Queues live among the cache's items under integer keys from 500000000000000 (or
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -50,7 +51,7 @@ class Queues:
         now = time.time()
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
-            check_tag(tag)
+            tag = check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read)
         with self._store.transaction(retry, new_file=filename) as state:
             row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
@@ -66,6 +67,11 @@ class Queues:
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
                 check_bindable("value", db_value)  # (the rollback removes any value file)
                 raise
+            except sqlite3.IntegrityError:  # an item set under the key the queue needs next
+                raise ValueError(
+                    f"cannot push to the {side} of queue {prefix!r}: its next key, {db_key!r},"
+                    " is an item's key (set directly, outside the queue's range)"
+                ) from None
             state.charge += max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
         return db_key
 

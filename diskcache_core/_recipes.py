@@ -209,7 +209,10 @@ class Lock:
         """Release the lock; RuntimeError when this object does not hold it (or it expired)."""
         token = self._token
         if token is None:
-            raise RuntimeError("release unlocked lock")
+            raise RuntimeError(
+                f"release of lock {self._key!r} by a Lock object that did not acquire it"
+                " (it may be held through another object: that one releases it)"
+            )
         self._token = None
 
         def released(current: Any) -> tuple[Any, bool]:
@@ -313,6 +316,15 @@ class BoundedSemaphore:
 
     def _live_leases(self, stored: Any) -> dict[str, float | None]:
         now = time.time()
+        if type(stored) is int:
+            # python-diskcache's state, the count of free slots: the others are held by its
+            # processes, which release them in its own format only (see migrating.rst).
+            return {f"python-diskcache:{n}": None for n in range(self._value - stored)}
+        if not isinstance(stored, dict):
+            raise TypeError(
+                f"semaphore {self._key!r}: the cache holds a {type(stored).__name__} there,"
+                " not a semaphore's leases"
+            )
         return {token: until for token, until in stored.items() if until is None or until > now}
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:

@@ -294,7 +294,7 @@ class RemoteTier:
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(time.time(), expire)
         if tag is not None:
-            check_tag(tag)
+            tag = check_tag(tag)
         try:
             mode, db_value = self._serialize(key, value, read)
         except UnicodeEncodeError:
@@ -365,7 +365,7 @@ class RemoteTier:
         name, full = self._name(key)
         remote = self._remote
         if tag is not KEEP and tag is not None:
-            check_tag(tag)
+            tag = check_tag(tag)
         while True:
             old = remote.get(full)
             item = None if old is None else decode_item(old)
@@ -404,7 +404,7 @@ class RemoteTier:
 
     def evict(self, tag: Any) -> int:
         """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
-        check_tag(tag)
+        tag = check_tag(tag)
         removed = self._each_batch(lambda names: self._remote.evict_tag(names, tag))
         self._words.renew_all()
         return removed

@@ -9,11 +9,16 @@ never leaves a directory or a file behind.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import pickle
 import re
+import sys
+import warnings
 from typing import Any, Callable, Generic, TypeVar, overload
 
 from ._disk import _CODEC_FACTORIES, _codec
+from ._errors import StoredSettingWarning
 from ._schema import EVICTION_POLICY, METADATA, POLICIES
 
 __all__ = [
@@ -25,6 +30,7 @@ __all__ = [
     "PERSISTENT_PRAGMAS",
     "Settings",
     "SettingAttribute",
+    "usable_stored_settings",
     "validate_setting",
     "validate_settings",
 ]
@@ -155,19 +161,32 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _int(name: str, value: Any, minimum: int | None = 0, maximum: int | None = None) -> int:
-    if type(value) is not int:
-        raise TypeError(f"setting {name!r} must be an int, not {type(value).__name__}: {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"setting {name!r} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"setting {name!r} must be <= {maximum}, got {value}")
-    return value
+    # Integral floats (``size_limit=1e9``) and other integer types (numpy's) are the int they
+    # equal; bool is not a size.
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    elif type(value) is not int:  # (a subclass of int included: made an int below)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            kind = type(value).__name__
+            raise TypeError(f"setting {name!r} must be an int, not {kind}: {value!r}")
+        value = int(value)
+    number: int = value
+    if minimum is not None and number < minimum:
+        raise ValueError(f"setting {name!r} must be >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"setting {name!r} must be <= {maximum}, got {number}")
+    return number
 
 
 def _flag(name: str, value: Any) -> int:
-    if value in (0, 1) and type(value) in (bool, int):
+    if value in (0, 1) and (type(value) in (bool, int) or isinstance(value, numbers.Integral)):
         return int(value)
     raise TypeError(f"setting {name!r} must be True or False, not {value!r}")
+
+
+def _protocol(name: str, value: Any) -> int:
+    # As pickle takes it: a negative protocol means pickle.HIGHEST_PROTOCOL.
+    return _int(name, value, None, pickle.HIGHEST_PROTOCOL)
 
 
 def _policy(name: str, value: Any) -> str:
@@ -212,7 +231,9 @@ def _prefix(name: str, value: Any) -> str:
 
 
 def _seconds(name: str, value: Any) -> float:
-    if type(value) not in (int, float):
+    if type(value) not in (int, float) and (
+        isinstance(value, bool) or not isinstance(value, numbers.Real)
+    ):
         raise TypeError(f"setting {name!r} must be a number of seconds, not {value!r}")
     if not 0 < value < float("inf"):
         raise ValueError(f"setting {name!r} must be a positive number of seconds, got {value!r}")
@@ -237,7 +258,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "cull_limit": _int,
     "exact_size_limit": _flag,
     "disk_min_file_size": _int,
-    "disk_pickle_protocol": lambda name, value: _int(name, value, 0, pickle.HIGHEST_PROTOCOL),
+    "disk_pickle_protocol": _protocol,
     "disk_compress": _compressor,
     "disk_compress_level": _optional_int,
     "disk_compress_threshold": _int,
@@ -250,6 +271,9 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "remote_timeout": _seconds,
     "remote_refresh": _flag,
 }
+
+
+_INTEGERS = (_int, _protocol, _optional_int)
 
 
 def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -271,6 +295,46 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
             )
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
     return checked
+
+
+def usable_stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
+    """The settings a cache runs with, from the rows its Settings table holds.
+
+    Another library (python-diskcache stores whatever it is given) may have stored rows that
+    `validate_settings` would refuse from a caller. A directory must open all the same: a float
+    or a number given for a flag becomes what it means (``1.5e9`` bytes, ``statistics=2``); a
+    name no setting has is not ours and is skipped; a value that means nothing here (a negative
+    ``cull_limit``) gives way to the default, with a warning. Nothing is rewritten.
+    """
+    usable = {}
+    for name, value in stored.items():
+        if name in CODE_ONLY_SETTINGS:
+            continue  # never from the database: a planted allow-list must not widen SafeDisk's
+        if name not in _VALIDATORS and not name.startswith(("sqlite_", "disk_")):
+            continue  # a row of someone else's: python-diskcache stores any keyword
+        validator = _VALIDATORS.get(name)
+        if validator is _flag and type(value) in (int, float):
+            value = int(value != 0)
+        elif validator in _INTEGERS and type(value) is float and math.isfinite(value):
+            value = int(value)  # python-diskcache's FanoutCache stores size_limit / shards
+        try:
+            usable[name] = validate_setting(name, value)
+        except (TypeError, ValueError) as exc:
+            warnings.warn(
+                f"the stored setting {name!r} = {value!r} is not usable here ({exc});"
+                f" the default, {DEFAULT_SETTINGS.get(name)!r}, is used",
+                StoredSettingWarning,
+                stacklevel=_outside_the_package(),
+            )
+    return usable
+
+
+def _outside_the_package() -> int:
+    """The stacklevel of the nearest caller outside diskcache_core (a warning's place)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(__package__):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def validate_setting(name: str, value: Any) -> Any:

@@ -298,6 +298,10 @@ class Store:
             state.created.append(new_file)
         try:
             yield state
+        except sqlite3.Error as exc:  # a statement of the block: the library's error, too
+            state.depth = 0
+            self._rollback(state)
+            raise translate_sqlite_error(exc, self.pool.path) from exc
         except BaseException:
             state.depth = 0
             self._rollback(state)

@@ -7,12 +7,12 @@ so every caller of ``fanout.deque('jobs')`` shares one Deque, and ``close()`` re
 
 from __future__ import annotations
 
-import os.path as op
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._cache import Cache
+from ._directories import open_subdirectory
 from ._disk import Disk
 from ._persistent import Deque, Index
 
@@ -48,7 +48,7 @@ class SubCollections:
         with self._lock:
             found = self._made.get((kind, name))
             if found is None:
-                made = store(op.join(self._directory, kind, *parts))
+                made = store(open_subdirectory(self._directory, kind, *parts))  # no link
                 found = self._made[(kind, name)] = (made, wrap(made))
             collection: T = found[1]
             return collection

@@ -228,6 +228,8 @@ class ValueDir:
             return os.open(path, flags, 0o600)
         except OSError as exc:
             self._refuse_link(exc, name)
+            if exc.errno == errno.ENXIO:  # a socket (or a FIFO with no reader, for a write)
+                raise UnsafeValueFileError(f"refusing {name!r}: not a regular file") from exc
             raise
 
     def unlink(self, name: str) -> None:

@@ -17,10 +17,11 @@ from ._disk import (
     JSONDisk,
 )
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
-from ._schema import EVICTION_POLICY
+from ._schema import DBNAME, EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
 __all__ = [
+    "DBNAME",
     "DEFAULT_SETTINGS",
     "ENOVAL",
     "EVICTION_POLICY",

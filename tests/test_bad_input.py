@@ -9,6 +9,7 @@ on both Cache and FanoutCache (the ``cache`` fixture of conftest.py).
 
 from __future__ import annotations
 
+import enum
 import io
 import math
 import os
@@ -17,13 +18,14 @@ import string
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from diskcache_core import Deque, FanoutCache, Index, memoize_stampede
+from diskcache_core import Cache, Deque, FanoutCache, Index, memoize_stampede
 from diskcache_core._fanout import MAX_SHARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +154,83 @@ def test_tags_sqlite_can_store_still_work(cache):
         assert cache.get(number, tag=True)[1] == tag
         assert cache.evict(tag) == 1
     assert_empty(cache)
+
+
+class Kind(str, enum.Enum):
+    PROFILE = "profile"
+
+
+class Level(enum.IntEnum):
+    HIGH = 7
+
+
+@pytest.mark.parametrize(
+    "tag, stored",
+    [
+        (Kind.PROFILE, "profile"),
+        (Level.HIGH, 7),
+        (True, 1),
+        (bytearray(b"t"), b"t"),
+        (memoryview(b"m"), b"m"),
+        (type("Half", (float,), {})(0.5), 0.5),
+    ],
+    ids=repr,
+)
+def test_a_tag_of_a_subclass_or_bytes_like_is_stored_as_its_base_type(cache, tag, stored):
+    assert cache.set("key", b"v" * BIG, tag=tag)
+    assert cache.add("other", 1, tag=tag)
+    found = cache.get("key", tag=True)[1]
+    assert found == stored and type(found) is type(stored)
+    assert cache.evict(tag) == 2
+    assert_empty(cache)
+
+
+@pytest.mark.parametrize("tag", [[1], {"a": 1}, object(), 1j], ids=repr)
+def test_a_tag_of_another_type_is_refused(cache, tag):
+    with pytest.raises(TypeError, match="^tag must be"):
+        cache.set("key", 1, tag=tag)
+    assert_empty(cache)
+
+
+@pytest.mark.parametrize("now", ["2024-01-01", [1], True, NAN, 10**400], ids=repr)
+def test_expire_refuses_a_time_that_is_not_one(cache, now):
+    cache.set("later", 1, expire=3600)
+    with pytest.raises((TypeError, ValueError), match="^now "):
+        cache.expire(now=now)
+    assert cache.get("later") == 1
+
+
+def test_fanout_expire_takes_retry_first_as_python_diskcache_does(tmp_path):
+    fanout = FanoutCache(str(tmp_path), shards=4)
+    try:
+        for number in range(8):
+            fanout.set(number, number, expire=1e-9)
+        fanout.set("later", 1, expire=3600)
+        assert fanout.expire(True) == 8  # retry=True, not a time of 1 second past the epoch
+        assert fanout.expire(False, now=time.time() + 7200) == 1
+    finally:
+        fanout.close()
+
+
+def test_a_directory_that_cannot_be_one_is_named(tmp_path):
+    with pytest.raises(ValueError, match="empty path"):
+        Cache("")
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(NotADirectoryError, match=repr(str(afile))):
+        Cache(str(afile / "below"))
+    cache = Cache(os.fsencode(tmp_path / "bytes"))  # a bytes path, as os takes it
+    try:
+        assert cache.directory == str(tmp_path / "bytes")
+        cache.set("key", 1)
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize("option", ["beta", "lock_expire", "wait_timeout"])
+def test_memoize_stampede_refuses_an_option_that_is_not_a_number(cache, option):
+    with pytest.raises(TypeError, match=f"^{option} must be a number"):
+        memoize_stampede(cache, 60, **{option: "x"})
 
 
 # --- values and expiry ---------------------------------------------------------------------

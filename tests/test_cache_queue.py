@@ -224,3 +224,14 @@ def test_peek_and_peekitem_pass_over_an_item_whose_value_file_is_gone(store):
     assert store.peekitem()[1] == b'small'  # 'newest' is gone too
     assert len(store) == 1  # the two broken items were removed, as pull removes them
     assert store.pull()[1] == b'small'
+
+
+def test_a_push_whose_next_key_is_an_items_key_raises_valueerror(cache):
+    if not hasattr(cache, 'push'):
+        pytest.skip('FanoutCache has no queue')
+    cache.set(0, 'set directly, below the queue range')
+    cache.set(1, 'set directly, in the queue range')
+    with pytest.raises(ValueError, match='next key, 0, is an item'):
+        cache.push(b'x' * 100_000, side='front')  # a value file, removed with the rollback
+    assert cache.push('back') == 2 and cache.get(0).startswith('set directly')
+    assert len(cache) == 3

@@ -129,3 +129,40 @@ def test_damaged_database_raises_the_librarys_error(tmp_path):
             cache.get(number)
     with pytest.raises(dc.DatabaseError, match='malformed'):
         dc.Cache(directory).set(5000, b'x')
+
+
+def test_damage_anywhere_raises_the_librarys_error_and_never_a_full_disk(tmp_path):
+    """Bytes overwritten at 60 seeded places: every failure of check, clear or cull is the
+    library's DatabaseError (statements inside a transaction included), and SQLite's
+    'database or disk is full' on a device with room is not reported as a full disk."""
+    import random
+    import shutil
+
+    base = tmp_path / 'base'
+    with dc.Cache(base, eviction_policy='none') as cache:
+        for number in range(300):
+            cache.set(f'k{number}', (f'v{number}-' * (number % 7 * 3000 + 1)).encode())
+    size = (base / 'cache.db').stat().st_size
+    failures = []
+    for seed in range(60):
+        rnd = random.Random(seed)
+        directory = tmp_path / f'c{seed}'
+        shutil.copytree(base, directory)
+        with open(directory / 'cache.db', 'r+b') as handle:
+            handle.seek(rnd.randrange(100, size - 4096))
+            handle.write(rnd.randbytes(rnd.choice([8, 64, 4096])))
+        try:
+            cache = dc.Cache(directory)
+        except dc.DatabaseError:
+            continue
+        with cache:
+            for call in (cache.check, lambda: cache.check(fix=True), cache.clear,
+                         lambda: (cache.reset('size_limit', 1000), cache.cull())):
+                try:
+                    call()
+                except dc.DiskCacheError as exc:
+                    failures.append(exc)
+        shutil.rmtree(directory)
+    assert failures  # the damage was met
+    assert not [exc for exc in failures if isinstance(exc, dc.DiskFullError)]
+    assert all(isinstance(exc, dc.DatabaseError) for exc in failures)

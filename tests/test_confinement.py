@@ -419,3 +419,93 @@ def test_full_disk_value_write_leaves_nothing_behind(small_disk, confine, leave)
         assert cache.check() == []
         assert cache.set("big", os.urandom(300_000))
         assert cache.get("small") == 1
+
+
+# --- directories and files below the cache directory that a cache opens by name --------------
+
+
+def _precious(tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "photos").mkdir(parents=True)
+    (outside / "notes.txt").write_text("not a cache file")
+    (outside / "photos" / "a.jpg").write_text("nor this")
+    return outside
+
+
+def _listing(directory):
+    return sorted(op.relpath(op.join(root, name), directory)
+                  for root, _, names in os.walk(directory) for name in names)
+
+
+def test_a_shard_directory_planted_as_a_link_is_refused(tmp_path):
+    outside = _precious(tmp_path)
+    directory = tmp_path / "cache"
+    dc.FanoutCache(str(directory), shards=2).close()
+    for name in os.listdir(directory / "001"):
+        os.unlink(directory / "001" / name)
+    os.rmdir(directory / "001")
+    os.symlink(outside, directory / "001")
+    with pytest.raises(dc.UnsafeValueFileError, match="is a link"):
+        dc.FanoutCache(str(directory), shards=2)
+    assert _listing(outside) == ["notes.txt", "photos/a.jpg"]
+
+
+@pytest.mark.parametrize("kind", ["cache", "deque", "index"])
+@pytest.mark.parametrize("level", ["kind", "name"])
+def test_a_sub_collection_directory_planted_as_a_link_is_refused(tmp_path, kind, level):
+    outside = _precious(tmp_path)
+    directory = tmp_path / "cache"
+    with dc.FanoutCache(str(directory), shards=2) as fanout:
+        if level == "kind":
+            os.symlink(outside, directory / kind)
+        else:
+            (directory / kind).mkdir()
+            os.symlink(outside, directory / kind / "sub")
+        with pytest.raises(dc.UnsafeValueFileError, match="is a link"):
+            getattr(fanout, kind)("sub")
+        assert fanout.check(fix=True) is not None
+    assert _listing(outside) == ["notes.txt", "photos/a.jpg"]
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_database_file_planted_as_a_link_or_fifo_is_refused(tmp_path, read_only):
+    outside = tmp_path / "empty.log"
+    outside.write_bytes(b"")
+    for plant in ("link", "fifo"):
+        directory = tmp_path / f"cache-{plant}"
+        directory.mkdir()
+        if plant == "link":
+            os.symlink(outside, directory / "cache.db")
+        else:
+            os.mkfifo(directory / "cache.db")
+        with pytest.raises(dc.DatabaseError, match="cache.db' is (a link|not a regular file)"):
+            dc.Cache(str(directory), read_only=read_only)  # neither followed nor waited on
+    assert outside.read_bytes() == b"" and sorted(os.listdir(tmp_path)) == [
+        "cache-fifo", "cache-link", "empty.log"
+    ]
+
+
+def test_a_wal_index_planted_as_a_fifo_is_refused_by_a_reader(tmp_path):
+    directory = tmp_path / "cache"
+    with dc.Cache(str(directory)) as cache:
+        cache.set("key", 1)
+    os.mkfifo(directory / "cache.db-shm")
+    with dc.Cache(str(directory), read_only=True) as reader:  # opened as immutable
+        with pytest.raises(dc.DatabaseError, match="not a regular file"):
+            reader.get("key")  # a later read pins the WAL index: not waited on
+
+
+@pytest.mark.parametrize("plant", ["fifo", "link to /dev/zero", "huge"])
+def test_a_layout_file_that_is_not_one_is_refused(tmp_path, plant):
+    directory = tmp_path / "cache"
+    dc.FanoutCache(str(directory), shards=2).close()
+    layout = directory / "fanout.json"
+    layout.unlink()
+    if plant == "fifo":
+        os.mkfifo(layout)
+    elif plant == "huge":
+        layout.write_bytes(b" " * (1 << 20))
+    else:
+        os.symlink("/dev/zero", layout)
+    with pytest.raises(ValueError, match="cannot read the shard layout"):
+        dc.FanoutCache(str(directory), shards=2)

@@ -155,10 +155,11 @@ def test_first_use_in_a_new_process_on_a_full_disk_raises_clearly(small_disk: Sm
         assert cache.get("kept") == 1
 
 
-def test_creating_a_cache_on_a_full_disk_says_so(small_disk: SmallDisk) -> None:
+@pytest.mark.parametrize("kind", [dc.Cache, dc.FanoutCache])
+def test_creating_a_cache_on_a_full_disk_says_so(small_disk: SmallDisk, kind: type) -> None:
     small_disk.fill()
     with pytest.raises(dc.DiskFullError, match="no space left") as raised:
-        dc.Cache(small_disk.root / "new")
+        kind(small_disk.root / "new")
     assert raised.value.errno == errno.ENOSPC
     assert isinstance(raised.value, OSError) and isinstance(raised.value, dc.DatabaseError)
 

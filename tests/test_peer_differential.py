@@ -200,8 +200,15 @@ def _run(
     return results
 
 
+# A push whose next key is already an item's key (one set directly): python-diskcache lets
+# SQLite's IntegrityError through, ours raises ValueError naming it (migrating.rst).
+_SAME = {("push", "raised ValueError", "raised IntegrityError")}
+
+
 def _compare(ours: list[tuple[Any, ...]], peers: list[tuple[Any, ...]]) -> None:
     for mine, theirs in zip(ours, peers):
+        if (mine[1], mine[2], theirs[2]) in _SAME:
+            continue
         assert mine == theirs, f"call {mine[0]} ({mine[1]}): ours {mine[2]}, peer's {theirs[2]}"
 
 

@@ -152,6 +152,7 @@ FANOUT_SIGNATURES = {
     '__delitem__': [('key',)],
     'transact': [('retry', True)],
     'reset': [('key',), ('value', dc.ENOVAL)],
+    'expire': [('retry', False)],
 }
 for _name in ('push', 'pull', 'peek', 'peekitem', 'iterkeys'):
     del FANOUT_SIGNATURES[_name]

@@ -442,3 +442,20 @@ def test_barrier_with_semaphore_allows_its_value(cache):
         thread.join(30)
     assert _overlaps(intervals) == 2
     assert work.__name__ == 'work'
+
+
+def test_a_semaphore_reads_the_count_python_diskcache_left(cache):
+    # python-diskcache keeps the number of free slots: all 2 free, then 1 of 2 held by it.
+    cache.set('sem', 2)
+    semaphore = BoundedSemaphore(cache, 'sem', value=2)
+    assert semaphore.acquire(blocking=False) and semaphore.acquire(blocking=False)
+    assert not semaphore.acquire(blocking=False)
+    semaphore.release()
+    semaphore.release()
+    cache.set('sem', 1)
+    assert semaphore.acquire(blocking=False)
+    assert not semaphore.acquire(blocking=False) and semaphore.locked()
+    semaphore.release()
+    cache.set('sem', 'not a semaphore')
+    with pytest.raises(TypeError, match="not a semaphore's leases"):
+        semaphore.acquire(blocking=False)

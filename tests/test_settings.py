@@ -309,3 +309,55 @@ def test_python_diskcache_tutorial_settings_and_stale_counters(tmp_path):
     cache.close()
     with dc.Cache(str(tmp_path / 'c')) as again:  # an existing cache: counted when asked
         assert again.count == 2 and again.size == 100_000
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers of a whole value, and what another library stored
+# --------------------------------------------------------------------------------------------
+
+
+def test_whole_numbers_of_other_types_are_ints(make_cache):
+    numpy = pytest.importorskip('numpy')
+    cache = make_cache(
+        size_limit=1e9,
+        cull_limit=numpy.int64(4),
+        disk_min_file_size=32768.0,
+        disk_pickle_protocol=-1,
+        timeout=numpy.float64(2),
+    )
+    assert cache.size_limit == 10**9 and type(cache.size_limit) is int
+    assert cache.cull_limit == 4 and type(cache.cull_limit) is int
+    assert cache.disk_min_file_size == 32768 and cache.timeout == 2
+    assert cache.disk_pickle_protocol == -1  # as pickle takes it: the highest protocol
+    cache.set('value', {'a': [1, 2]})
+    assert cache.get('value') == {'a': [1, 2]}
+
+
+def test_a_python_diskcache_directory_opens_whatever_it_stored(tmp_path):
+    diskcache = pytest.importorskip('diskcache')
+    stored = {
+        'disk_pickle_protocol': -1,
+        'size_limit': 1.5e9 + 0.5,
+        'statistics': 2,
+        'cull_limit': -1,
+        'my_app_version': 3,
+    }
+    with diskcache.Cache(str(tmp_path), **stored) as peer:
+        peer.set('key', 'value')
+    with pytest.warns(dc.StoredSettingWarning, match="'cull_limit' = -1") as caught:
+        cache = dc.Cache(str(tmp_path))
+    assert [warning.filename for warning in caught] == [__file__]  # the caller's line
+    try:
+        assert cache.get('key') == 'value'
+        assert cache.size_limit == 1_500_000_000 and cache.statistics == 1
+        assert cache.cull_limit == dc.DEFAULT_SETTINGS['cull_limit']
+        assert cache.reset('my_app_version') == 3
+        with pytest.warns(dc.StoredSettingWarning):
+            assert cache.reset('cull_limit') == -1  # the row, as stored
+        cache.set('other', 1)
+    finally:
+        cache.close()
+    with diskcache.Cache(str(tmp_path)) as peer:  # its rows are as it wrote them
+        assert (peer.cull_limit, peer.statistics, peer.size_limit) == (-1, 2, 1.5e9 + 0.5)
+        assert peer.my_app_version == 3
+        assert peer.get('other') == 1

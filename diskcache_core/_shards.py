@@ -1,0 +1,111 @@
+"""The shards of a FanoutCache: opening each one with its share of the settings.
+
+Each shard is a Cache in a subdirectory (``000``, ``001``, ...) that must not be a link. It gets
+an even share of ``size_limit`` (an existing shard keeps its stored share unless the caller gives
+one) and of the memory tier's bounds, and refuses an item larger than its share (the share rule:
+a Cache would store the item and evict it at its next size check, a silent loss).
+"""
+
+from __future__ import annotations
+
+import os.path as op
+import weakref
+from typing import Any
+
+from . import _schema as sql
+from ._cache import Cache
+from ._directories import open_subdirectory
+from ._disk import UNKNOWN, Disk
+from ._layout import shard_name
+from ._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS
+
+__all__ = ["check_share", "memory_shares", "open_shards", "split_evenly"]
+
+
+
+def split_evenly(total: int, shards: int) -> list[int]:
+    """`total` bytes in `shards` near-equal shares that add up to it exactly."""
+    share, extra = divmod(total, shards)
+    return [share + (number < extra) for number in range(shards)]
+
+
+def memory_shares(total: int, shards: int) -> list[int]:
+    """A memory-tier bound split over shards; never 0 for a shard unless the total is 0 (which
+    turns the tier off)."""
+    if 0 < total < shards:
+        return [1] * shards
+    return split_evenly(total, shards)
+
+
+def check_share(size: int, limit: int) -> None:
+    """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
+    ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
+    if size > limit:
+        raise ValueError(
+            f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
+            "(FanoutCache splits size_limit evenly over its shards)"
+        )
+
+
+def _store_within_share(shard: Cache) -> None:
+    """Make `shard` refuse an item larger than its size limit, with ValueError, as it is
+    serialized: that is where its stored size (a pickle's, a stream's) is first known, before
+    anything is written to the database; a value file written for it is removed.
+
+    Done by wrapping ``store`` on the shard's own Disk object (Cache's public ``disk``), so the
+    shard keeps the Disk type the user chose and no private part of Cache is involved.
+    """
+    disk = shard.disk
+    store, remove = disk.store, disk.remove
+    owner = weakref.ref(shard)  # the Disk belongs to the shard: no reference cycle
+
+    def store_within_share(
+        value: Any, read: bool, key: Any = UNKNOWN
+    ) -> tuple[int, int, str | None, Any]:
+        stored = store(value, read, key)
+        size, _, filename, db_value = stored
+        if not size and type(db_value) in (bytes, str):
+            size = len(db_value)
+        cache = owner()
+        if cache is not None:
+            try:
+                check_share(size, cache.size_limit)
+            except ValueError:
+                if filename is not None:
+                    remove(filename)
+                raise
+        return stored
+
+    disk.store = store_within_share  # type: ignore[method-assign]
+
+
+def open_shards(
+    directory: str,
+    count: int,
+    timeout: float,
+    disk: type[Disk],
+    checked: dict[str, Any],
+    total: int | None,
+    memory_limits: dict[str, int],
+) -> tuple[Cache, ...]:
+    """Open `count` shards under `directory` with the validated settings `checked`.
+
+    `total` is the size limit the caller gave (None: each existing shard keeps its own);
+    `memory_limits` are the memory tier's bounds for all shards together.
+    """
+    shares = split_evenly(DEFAULT_SETTINGS["size_limit"] if total is None else total, count)
+    memory = {name: memory_shares(value, count) for name, value in memory_limits.items()}
+    shards = []
+    for number in range(count):
+        path = open_subdirectory(directory, shard_name(number))  # not a planted link
+        shard_settings = dict(checked)
+        shard_settings.update((name, split[number]) for name, split in memory.items())
+        if total is not None or not op.exists(op.join(path, sql.DBNAME)):
+            shard_settings["size_limit"] = shares[number]
+        if checked.get("remote") is not None:  # each shard its own names (and listener)
+            prefix = checked.get("remote_prefix", REMOTE_DEFAULTS["remote_prefix"])
+            shard_settings["remote_prefix"] = f"{prefix}{number}/"
+        shard = Cache(path, timeout=timeout, disk=disk, **shard_settings)
+        _store_within_share(shard)
+        shards.append(shard)
+    return tuple(shards)
