@@ -128,10 +128,14 @@ class Listener:
         words = self._words
         healthy = time.time()
         pinged = healthy
-        sockets = [node.socket() for node in nodes]
+        # The trackers too: one closed (a killed client, a reset) sends no more invalidations,
+        # so it must end the lease at once, not at the next PING.
+        sockets = [node.socket() for node in nodes] + [node.tracker._sock for node in nodes]
         while not self._stopped():
             handled = 0
             for node in nodes:
+                if node.tracker.can_read(timeout=0):  # it is sent nothing unasked
+                    raise ConnectionError("the tracking connection closed, or spoke unasked")
                 while node.subscriber.can_read(timeout=0):
                     self._apply(node.subscriber.read_response())
                     handled += 1

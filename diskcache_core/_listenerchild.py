@@ -40,6 +40,7 @@ _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
 _LISTENER_PRIORITY = -5
 _REFRESHER_PRIORITY = 10  # below the application: renewing copies is background work
+_CONNECT_PAUSE = 0.2  # seconds between attempts to reach a cluster that cannot be reached
 
 
 class RefreshPipe:
@@ -173,7 +174,14 @@ def main() -> int:
         pass
     prefix = config["prefix"].encode("utf-8")
     max_staleness = float(config["max_staleness"])
-    remote = RemoteStore(config["url"], prefix, float(config["timeout"]))
+    while True:  # a cluster client connects when made: not before Redis can be reached
+        try:
+            remote = RemoteStore(config["url"], prefix, float(config["timeout"]))
+            break
+        except DiskCacheError:  # no lease meanwhile: this host reads Redis itself
+            if os.getppid() != parent:
+                return 0
+            time.sleep(_CONNECT_PAUSE)
     words = RemoteWords(config["directory"], prefix)
     Listener(remote, words, max_staleness, lambda: os.getppid() != parent, changed).run()
     return 0

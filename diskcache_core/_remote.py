@@ -21,6 +21,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 import redis.cluster
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ._errors import RemoteError, RemoteUnavailableError
 from ._urls import check_remote_url, safe_url
@@ -62,6 +64,10 @@ if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 _SCAN_COUNT = 500
+_PXAT_MAX = 2**53  # ms (the year 287,396): an expiry past it is kept without a Redis TTL
+# What redis-py raises: RedisClusterException (a cluster it cannot reach or log in to) is not
+# a RedisError.
+_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
 class Item(NamedTuple):
@@ -214,7 +220,15 @@ def expiry_header(expire_time: float | None) -> bytes:
 
 
 def _pxat(expire_time: float | None) -> int | None:
-    return None if expire_time is None else max(1, math.ceil(expire_time * 1000))
+    """Redis's PXAT for an expire time; None (no TTL) past what it holds.
+
+    Redis keeps an item while its clock in whole milliseconds is at most PXAT, and a host takes
+    it for expired from the exact time on: rounded down, less one, Redis has dropped it by then
+    (else an ``add`` would fail on an item every host reads as missing).
+    """
+    if expire_time is None or not expire_time < _PXAT_MAX / 1000:  # inf, or years past 2^53 ms
+        return None
+    return max(1, math.floor(expire_time * 1000) - 1)
 
 
 def stamp_hash(name: bytes) -> int:
@@ -234,12 +248,14 @@ class RemoteStore:
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         try:
             if self.cluster:
-                self.client: Any = redis.cluster.RedisCluster.from_url(plain_url, **options)
+                self.client: Any = redis.cluster.RedisCluster.from_url(
+                    plain_url, **options, **_NO_CLUSTER_RETRIES
+                )
             else:
                 self.client = redis.Redis.from_url(plain_url, **options)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"remote URL {url!r}: {exc}") from None
-        except redis.exceptions.RedisError as exc:  # a cluster client connects at once
+        except _REDIS_ERRORS as exc:  # a cluster client connects at once
             raise _translated(exc, url) from exc
         self._cas = self.client.register_script(_CAS)
         self._touch = self.client.register_script(_TOUCH)
@@ -252,7 +268,7 @@ class RemoteStore:
         """Run one client call, translating redis-py's errors into the library's."""
         try:
             return function()
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
 
     # --- items --------------------------------------------------------------------------------
@@ -263,7 +279,7 @@ class RemoteStore:
     def get(self, name: bytes) -> bytes | None:
         try:
             return self.client.execute_command("GET", name)  # type: ignore[no-any-return]
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
 
     def get_many(self, names: list[bytes]) -> list[bytes | None]:
@@ -274,25 +290,26 @@ class RemoteStore:
             return self.call(lambda: self.client.mget_nonatomic(names))
         try:
             return self.client.execute_command("MGET", *names)  # type: ignore[no-any-return]
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""
         args: tuple[Any, ...] = ("SET", name, data)
-        if expire_time is not None:
-            args += ("PXAT", _pxat(expire_time))
+        pxat = _pxat(expire_time)
+        if pxat is not None:
+            args += ("PXAT", pxat)
         if only_new:
             args += ("NX",)
         try:
             return bool(self.client.execute_command(*args))
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
 
     def delete(self, name: bytes) -> bool:
         try:
             return bool(self.client.execute_command("DEL", name))
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
 
     def pop(self, name: bytes) -> bytes | None:
@@ -318,8 +335,10 @@ class RemoteStore:
     # --- whole prefix -------------------------------------------------------------------------
 
     def names(self) -> Iterator[bytes]:
-        """Every Redis name under the prefix (SCAN, on every primary of a cluster)."""
-        pattern = _glob_escape(self.prefix) + b"*"
+        """Every Redis name of this cache: the prefix, then a type mark (`encode_key`). SCAN,
+        on every primary of a cluster. With the mark in the pattern, a FanoutCache's shard
+        names (``<prefix><n>/...``) are not a Cache's of the same prefix."""
+        pattern = _glob_escape(self.prefix) + b"[sbifp]*"
         if self.cluster:
             nodes = self.call(lambda: self.client.get_primaries())
             for node in nodes:
@@ -379,7 +398,7 @@ class RemoteStore:
     def close(self) -> None:
         try:
             self.client.close()
-        except redis.exceptions.RedisError:
+        except _REDIS_ERRORS:
             pass
 
 
@@ -392,6 +411,20 @@ def _glob_escape(prefix: bytes) -> bytes:
     return bytes(out)
 
 
+def _retries_off() -> dict[str, Any]:
+    """RedisCluster's options that stop it from sending a command again after a connection
+    error or timeout (ten times by default): a write that timed out may have run, and running
+    it twice would pop an item from no caller, leave ``add`` without a winner, or count an
+    ``incr`` twice. redis-py before 6 counts them in an option of their own."""
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
+    if int(redis.__version__.split(".")[0]) < 6:
+        options["cluster_error_retry_attempts"] = 0
+    return options
+
+
+_NO_CLUSTER_RETRIES = _retries_off()
+
+
 def _translated(exc: Exception, url: str) -> Exception:
     """The library's error for a redis-py error (the one place they are translated)."""
     where = safe_url(url)
@@ -401,6 +434,8 @@ def _translated(exc: Exception, url: str) -> Exception:
         return RemoteError(f"remote {where}: authentication failed ({exc})")
     if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
         return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
-    if isinstance(exc, redis.exceptions.ClusterError):
+    if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():
+        return RemoteError(f"remote cluster {where}: authentication failed ({exc})")
+    if isinstance(exc, (redis.exceptions.ClusterError, redis.exceptions.RedisClusterException)):
         return RemoteUnavailableError(f"remote cluster {where}: {exc}")
     return RemoteError(f"remote {where}: {exc}")

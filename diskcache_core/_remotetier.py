@@ -224,7 +224,9 @@ class RemoteTier:
         as a reader's fill keeps it, so a change after the read makes the copy unservable
         again. Without it, every write costs each host that holds the item a read from Redis
         on its next get; with it, the next get is answered here. Only inline values are
-        renewed (a large value waits for a reader); a busy lock is waited for briefly.
+        renewed: an item this host holds as a value file is not read from Redis at all, and
+        waits for a reader, as does a new value at or above ``disk_min_file_size``. A busy
+        lock is waited for briefly.
         """
         store = self._store
         held: list[tuple[Any, bool, bytes, int]] = []

@@ -672,6 +672,22 @@ def test_redis_cluster_with_a_slot_moving(tmp_path):
             assert b.delete("key7") is True
             eventually(lambda: a.get("key7") is None)
             assert a.clear() == 200  # every primary scanned
+            # A cluster that stops answering: the library's error, or a FanoutCache's give-up
+            # (redis-py's RedisClusterException is no RedisError, and it sent commands again).
+            quick = {**options, "remote_timeout": 0.3}
+            c = Cache(str(tmp_path / "c"), **quick)
+            f = FanoutCache(str(tmp_path / "f"), shards=2, **quick)
+            for process in cluster.processes:
+                process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(RemoteUnavailableError):
+                    c.get("never set")
+                assert f.set("key", 1) is False and f.get("key", "gave up") == "gave up"
+            finally:
+                for process in cluster.processes:
+                    process.send_signal(signal.SIGCONT)
+                c.close()
+                f.close()
         finally:
             a.close()
             b.close()
@@ -733,3 +749,64 @@ def test_a_directory_serves_one_prefix(tmp_path, url):
             Cache(str(tmp_path / "h"), remote=url, remote_prefix="two:")
     finally:
         first.close()
+
+
+# --- names, expiry and the listener's connections --------------------------------------------------
+
+
+def test_a_cache_and_a_fanoutcache_on_one_prefix_keep_their_items_apart(tmp_path, options):
+    cache = Cache(str(tmp_path / "cache"), **options)
+    fanout = FanoutCache(str(tmp_path / "fanout"), shards=2, **options)
+    try:
+        for number in range(10):
+            fanout.set(number, number, tag="t")
+        cache.set("one", 1, tag="t")
+        assert cache.evict("t") == 1
+        assert cache.clear() == 0
+        assert [fanout.get(number) for number in range(10)] == list(range(10))
+    finally:
+        cache.close()
+        fanout.close()
+
+
+def test_redis_drops_an_item_before_a_host_reads_it_as_expired(hosts, server):
+    (cache,) = hosts(1)
+    for number in range(20):
+        key = f"brief{number}"
+        cache.set(key, "old", expire=0.02)
+        eventually(lambda: cache.get(key) is None)
+        assert cache.add(key, "new") is True  # Redis no longer has the old item
+    for expire in (float("inf"), 1e300, 2**70):  # never expire, as a local cache's would
+        assert cache.set("forever", expire) is True and cache.get("forever") == expire
+        assert server.client().pttl(cache._remote._remote.name(b"sforever")) == -1  # no TTL
+
+
+def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
+    tmp_path, url, prefix, server, monkeypatch
+):
+    from diskcache_core import _listener
+    from diskcache_core._remote import RemoteStore
+    from diskcache_core._remotewords import RemoteWords
+
+    monkeypatch.setattr(_listener, "_PING_EVERY", 3600.0)  # only the closed socket can tell
+    remote = RemoteStore(url, prefix.encode(), 5.0)
+    words = RemoteWords(str(tmp_path), prefix.encode())
+    starts = []
+    renew_all = words.renew_all
+    words.renew_all = lambda: (starts.append(1), renew_all())  # type: ignore[method-assign]
+    stop = threading.Event()
+    listener = _listener.Listener(remote, words, 3600.0, stop.is_set)
+    thread = threading.Thread(target=listener.run, daemon=True)
+    thread.start()
+    try:
+        eventually(words.lease_valid)
+        admin = server.client()
+        for client in admin.client_list():
+            if "t" in client["flags"]:  # tracking on: this listener's (and any other's)
+                admin.client_kill_filter(_id=client["id"])
+        eventually(lambda: len(starts) >= 2)  # it noticed, and started listening over
+        eventually(words.lease_valid)
+    finally:
+        stop.set()
+        thread.join(10)
+        remote.close()
