@@ -789,23 +789,43 @@ def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
     from diskcache_core._remotewords import RemoteWords
 
     monkeypatch.setattr(_listener, "_PING_EVERY", 3600.0)  # only the closed socket can tell
+    errors: list[BaseException] = []
+    listen = _listener.Listener._listen
+
+    def recording(self, nodes):
+        try:
+            listen(self, nodes)
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    monkeypatch.setattr(_listener.Listener, "_listen", recording)
     remote = RemoteStore(url, prefix.encode(), 5.0)
     words = RemoteWords(str(tmp_path), prefix.encode())
-    starts = []
-    renew_all = words.renew_all
+    granted: list[int] = []  # for each lease granted, how many times listening had started
+    starts: list[int] = []
+    renew_all, set_lease = words.renew_all, words.set_lease
     words.renew_all = lambda: (starts.append(1), renew_all())  # type: ignore[method-assign]
+    words.set_lease = lambda until: (  # type: ignore[method-assign]
+        granted.append(len(starts)) if until else None, set_lease(until)
+    )
     stop = threading.Event()
     listener = _listener.Listener(remote, words, 3600.0, stop.is_set)
     thread = threading.Thread(target=listener.run, daemon=True)
     thread.start()
     try:
-        eventually(words.lease_valid)
+        try:
+            eventually(lambda: granted)
+        except AssertionError:
+            raise AssertionError(f"no lease granted; listening failed with {errors!r}") from None
+        assert not errors, errors
         admin = server.client()
         for client in admin.client_list():
             if "t" in client["flags"]:  # tracking on: this listener's (and any other's)
                 admin.client_kill_filter(_id=client["id"])
         eventually(lambda: len(starts) >= 2)  # it noticed, and started listening over
-        eventually(words.lease_valid)
+        assert errors, "listening started over without an error"
+        eventually(lambda: granted[-1] >= 2)  # and grants the lease again
     finally:
         stop.set()
         thread.join(10)
