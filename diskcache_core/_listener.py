@@ -131,6 +131,9 @@ class Listener:
         # The trackers too: one closed (a killed client, a reset) sends no more invalidations,
         # so it must end the lease at once, not at the next PING.
         sockets = [node.socket() for node in nodes] + [node.tracker._sock for node in nodes]
+        waiting = select.poll()  # not select(): it fails on descriptors from 1024 up
+        for sock in sockets:
+            waiting.register(sock, select.POLLIN)
         while not self._stopped():
             handled = 0
             for node in nodes:
@@ -154,7 +157,7 @@ class Listener:
                 # A change after a quiet spell is still read at once (the select below).
                 time.sleep(_BATCH_PAUSE)
             else:
-                select.select(sockets, [], [], _RENEW)
+                waiting.poll(_RENEW * 1000)
 
     def _apply(self, message: Any) -> None:
         if not isinstance(message, list) or len(message) != 3 or message[0] != b"message":

@@ -830,3 +830,34 @@ def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
         stop.set()
         thread.join(10)
         remote.close()
+
+
+def test_the_listener_listens_on_descriptors_past_1024(tmp_path, url, prefix):
+    import resource
+
+    from diskcache_core._listener import Listener
+    from diskcache_core._remote import RemoteStore
+    from diskcache_core._remotewords import RemoteWords
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"cannot open {wanted} descriptors here (limit {hard})")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    filler = os.open(os.devnull, os.O_RDONLY)
+    held = [os.dup(filler) for _ in range(1100)]  # the listener's sockets come after these
+    remote = RemoteStore(url, prefix.encode(), 5.0)
+    words = RemoteWords(str(tmp_path), prefix.encode())
+    stop = threading.Event()
+    thread = threading.Thread(target=Listener(remote, words, 3600.0, stop.is_set).run, daemon=True)
+    try:
+        thread.start()
+        eventually(words.lease_valid)  # (select() raised ValueError for such descriptors)
+    finally:
+        stop.set()
+        thread.join(10)
+        remote.close()
+        for fd in [*held, filler]:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
