@@ -45,6 +45,7 @@ __all__ = [
     "open_shards",
     "rows",
     "settings_of",
+    "settings_of_all",
 ]
 
 _PAGE = 1000  # rows per query when listing keys
@@ -161,6 +162,15 @@ def settings_of(shard: Cache) -> tuple[dict[str, Any], dict[str, Any]]:
     stored = {setting_name(row): value for row, value in rows(shard, CLI_ALL_SETTINGS)}
     counters = {name: stored.pop(name) for name in list(stored) if name in _NOT_SETTINGS}
     return dict(sorted(stored.items())), counters
+
+
+def settings_of_all(shards: list[Cache]) -> dict[str, Any]:
+    """The settings of a cache of `shards`: the first shard's, but ``size_limit`` is the total
+    (each shard of a FanoutCache holds its share, as ``FanoutCache.size_limit`` is the sum)."""
+    settings, _ = settings_of(shards[0])
+    if len(shards) > 1 and "size_limit" in settings:
+        settings["size_limit"] = sum(settings_of(shard)[0].get("size_limit", 0) for shard in shards)
+    return settings
 
 
 def count_expired(shard: Cache, now: float) -> int:

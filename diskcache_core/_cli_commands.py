@@ -15,9 +15,11 @@ from itertools import islice
 from typing import Any
 
 from ._cache import Cache
-from ._cli_caches import Listed, count_expired, list_items, settings_of
+from ._cli_caches import Listed, count_expired, list_items, settings_of, settings_of_all
 from ._cli_output import Output, human_size, plain, present_key, tagged
 from ._disk import ENOVAL
+from ._settings import validate_setting
+from ._shards import split_evenly
 
 __all__ = [
     "COMMANDS",
@@ -85,11 +87,9 @@ def cmd_stats(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
     """Counts, sizes, hit and miss counters, and the first shard's settings."""
     now = time.time()
     totals = {"count": 0, "expired": 0, "size": 0, "volume": 0, "hits": 0, "misses": 0}
-    settings: dict[str, Any] = {}
-    for index, shard in enumerate(shards):
-        shard_settings, counters = settings_of(shard)
-        if index == 0:
-            settings = shard_settings
+    settings = settings_of_all(shards)
+    for shard in shards:
+        _, counters = settings_of(shard)
         totals["count"] += len(shard)
         totals["size"] += counters.get("size", 0)
         totals["hits"] += counters.get("hits", 0)
@@ -270,8 +270,9 @@ def cmd_clear(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
 
 
 def cmd_settings(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
-    """Show the settings, show one, or change one on every shard (through `Cache.reset`)."""
-    settings, _ = settings_of(shards[0])
+    """Show the settings, show one, or change one on every shard (through `Cache.reset`;
+    ``size_limit`` is the total, split evenly over the shards as FanoutCache splits it)."""
+    settings = settings_of_all(shards)
     if args.name is None:
         if out.as_json:
             out.json(settings)
@@ -291,8 +292,14 @@ def cmd_settings(args: argparse.Namespace, shards: list[Cache], out: Output) -> 
         return EXIT_OK
     value = parse_setting_value(args.name, args.value)
     try:
-        for shard in shards:
-            value = shard.reset(args.name, value)
+        if args.name == "size_limit" and len(shards) > 1:
+            total = validate_setting(args.name, value)
+            for shard, share in zip(shards, split_evenly(total, len(shards))):
+                shard.reset(args.name, share)
+            value = total
+        else:
+            for shard in shards:
+                value = shard.reset(args.name, value)
     except (TypeError, ValueError, KeyError) as exc:
         raise CommandError(f"cannot set {args.name}: {exc}", EXIT_USAGE) from None
     previous = settings.get(args.name)

@@ -19,7 +19,13 @@ from ._disk import UNKNOWN, Disk
 from ._layout import shard_name
 from ._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS
 
-__all__ = ["check_share", "memory_shares", "open_shards", "split_evenly"]
+__all__ = ["ItemTooLargeError", "check_share", "memory_shares", "open_shards", "split_evenly"]
+
+
+class ItemTooLargeError(ValueError):
+    """An item larger than its shard's share of ``size_limit`` (the share rule): refused before
+    anything is stored. A ValueError; the Django backend turns it into a set that stores
+    nothing, as Django's backends treat a value too large to cache."""
 
 
 
@@ -41,7 +47,7 @@ def check_share(size: int, limit: int) -> None:
     """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
     ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
     if size > limit:
-        raise ValueError(
+        raise ItemTooLargeError(
             f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
             "(FanoutCache splits size_limit evenly over its shards)"
         )

@@ -205,6 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, UnsafePickleError):
             _explain_refusal(exc)
         return EXIT_ERROR
+    except UnicodeError as exc:  # an argument of bytes that are not UTF-8, or output that
+        # the terminal's encoding cannot show
+        print(
+            f"diskcache-core: {exc} (arguments must be UTF-8 text; for output the terminal"
+            " cannot show, set PYTHONIOENCODING=utf-8)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except (TypeError, ValueError) as exc:  # an argument the cache refused (a NaN key, ...)
+        print(f"diskcache-core: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, without a second error at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -628,3 +628,35 @@ def test_a_cache_whose_directory_name_means_something_in_a_uri_is_recognised(tmp
         cache.set('key', 'value')
     assert cli.main(['keys', str(directory)]) == 0
     assert capsys.readouterr().out.split() == [repr('key')]
+
+
+def test_a_fanout_caches_size_limit_is_the_total_shown_and_set(tmp_path):
+    directory = tmp_path / 'fanout'
+    dc.FanoutCache(directory, shards=4, size_limit=4_000_000).close()
+    assert run_json('settings', directory, 'size_limit')['value'] == 4_000_000
+    assert run_json('stats', directory)['settings']['size_limit'] == 4_000_000
+    assert run('settings', directory, 'size_limit', '8000000').returncode == 0
+    with dc.FanoutCache(directory, shards=4) as fanout:
+        assert fanout.size_limit == 8_000_000  # split over the shards, not 8 MB each
+
+
+@pytest.mark.parametrize('args', [
+    ('get', '{dir}', 'nan', '--key-type', 'float'),
+    ('evict', '{dir}', 'nan', '--tag-type', 'float'),
+    ('get', '{dir}', '\udcff'),  # what Python makes of argument bytes that are not UTF-8
+    ('keys', '{dir}', '--tag', '\udcff'),
+])
+def test_an_argument_the_cache_refuses_is_a_usage_error_not_a_traceback(cache_path, args):
+    result = run(*(arg.format(dir=cache_path) for arg in args))
+    assert result.returncode == cli.EXIT_USAGE, result.stderr
+    assert 'Traceback' not in result.stderr and result.stderr.startswith('diskcache-core: ')
+
+
+def test_output_the_terminal_cannot_encode_is_a_message_not_a_traceback(cache_path):
+    with dc.Cache(cache_path) as cache:
+        cache.set('snow', 'snow \u2603')
+    env = {**os.environ, 'PYTHONIOENCODING': 'ascii', 'PYTHONPATH': str(ROOT)}
+    result = subprocess.run([sys.executable, '-m', 'diskcache_core', 'get', str(cache_path), 'snow'],
+                            capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert result.returncode == cli.EXIT_USAGE and 'PYTHONIOENCODING' in result.stderr
+    assert 'Traceback' not in result.stderr

@@ -544,13 +544,6 @@ def test_busy_shard_fails_writes_that_do_not_retry(cache):
     assert cache.get_many(keys) == {"key-0": "before"}
 
 
-def test_set_many_refuses_too_large_values_before_storing_anything(make_backend):
-    backend = make_backend(SHARDS=2, OPTIONS={"size_limit": 2**20})
-    with pytest.raises(ValueError, match="size limit"):
-        backend.set_many({"small": b"x", "large": b"x" * 2**20})
-    assert backend.get("small") is None
-
-
 # --- python-diskcache's extras ---------------------------------------------------------------
 
 
@@ -785,6 +778,36 @@ def test_processes_share_one_cache_through_django(cache, location):
     assert cache.get_many([f"process-{n}" for n in range(workers)]) == {
         f"process-{n}": pid for n, pid in enumerate(pids)
     }
+
+
+@pytest.mark.parametrize("cull_frequency", [3, 1, 0])
+def test_an_add_of_a_present_key_culls_nothing_and_keeps_its_value(make_backend, cull_frequency):
+    backend = make_backend(OPTIONS={"MAX_ENTRIES": 10, "CULL_FREQUENCY": cull_frequency})
+    for number in range(10):
+        backend.set(f"k{number}", number, 1000)
+    for number in range(10):  # as Django's own backends: a cull only when something is stored
+        assert backend.add(f"k{number}", "other", 1000) is False
+    assert backend.get_many([f"k{number}" for number in range(10)]) == {
+        f"k{number}": number for number in range(10)
+    }
+
+
+def test_set_many_keeps_within_max_entries(make_backend):
+    backend = make_backend(OPTIONS={"MAX_ENTRIES": 10})
+    assert backend.set_many({f"k{number}": number for number in range(100)}, 1000) == []
+    assert len(backend.fanout) <= 10
+    assert backend.get("k99") == 99  # the last one written is kept
+
+
+def test_a_value_too_large_for_its_shard_is_not_cached_and_nothing_raises(make_backend):
+    backend = make_backend(OPTIONS={"size_limit": 800_000})  # 8 shards of 100 kB
+    big = b"x" * 300_000
+    assert backend.set("page", b"small", 1000) is True
+    assert backend.set("page", big, 1000) is False
+    assert backend.get("page") is None  # no stale value left behind
+    assert backend.add("page", big, 1000) is False and backend.get("page") is None
+    assert backend.set_many({"a": 1, "big": big, "pickled": [big]}, 1000) == ["big", "pickled"]
+    assert backend.get_many(["a", "big", "pickled"]) == {"a": 1}
 
 
 @pytest.mark.parametrize("cull_frequency, left, last_cull", [(3, 29, 41), (0, 19, 31), (2, 19, 46)])

@@ -55,6 +55,7 @@ from django.utils.module_loading import import_string
 from .. import ENOVAL, Cache, Disk, FanoutCache, Timeout
 from .._async import run_sync
 from .._memo import MemoizeDecorator
+from .._shards import ItemTooLargeError
 from .._memo import memoize as _memoize
 
 __all__ = ["DjangoCache"]
@@ -263,10 +264,21 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         tag: Any = None,
         retry: bool = True,
     ) -> bool:
-        """Store `value` only if `key` is missing or expired; True when stored. Atomic."""
+        """Store `value` only if `key` is missing or expired; True when stored. Atomic.
+
+        With MAX_ENTRIES, room is made only for a key that is missing, as Django's own
+        backends cull only when they store (a cull could remove the very key, and the add
+        would then overwrite it). A value too large for its shard stores nothing: False.
+        """
         key = self.make_and_validate_key(key, version=version)
-        self._make_room()
-        return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
+        if self._max_entries_limit is not None:
+            if key in self._fanout:
+                return False
+            self._make_room()
+        try:
+            return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
+        except ItemTooLargeError:
+            return False
 
     def get(
         self,
@@ -292,10 +304,19 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         tag: Any = None,
         retry: bool = True,
     ) -> bool:
-        """Store `value` under `key`; True, or False when its shard stayed busy (retry=False)."""
+        """Store `value` under `key`; True, or False when its shard stayed busy (retry=False).
+
+        A value too large for its shard's share of ``size_limit`` is not cached (False), and
+        an older value of `key` is removed, so that no stale one is read: a Django backend does
+        not fail a request (``cache_page``) for a large value.
+        """
         key = self.make_and_validate_key(key, version=version)
         self._make_room()
-        return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
+        try:
+            return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
+        except ItemTooLargeError:
+            self._fanout.delete(key, retry)
+            return False
 
     def touch(
         self,
@@ -366,27 +387,29 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     ) -> list[str]:
         """Store every item, one transaction per shard; return the keys that were not stored.
 
-        With the default ``retry=True`` every item is stored (the list is empty); with
-        ``retry=False`` a shard that stays busy past DATABASE_TIMEOUT stores none of its items,
-        and their keys are returned.
+        With the default ``retry=True`` every item is stored (the list is empty) but a value
+        too large for its shard (see `set`); with ``retry=False`` a shard that stays busy past
+        DATABASE_TIMEOUT stores none of its items, and their keys are returned. With
+        MAX_ENTRIES, each item is set in turn, making room as Django's own backends do.
         """
         expire = self._expire(timeout)
+        if self._max_entries_limit is not None:  # room for each item, as Django's backends
+            return [key for key, value in data.items()  # make it: one set at a time
+                    if not self.set(key, value, timeout, version, retry=retry)]
         made = [(self.make_and_validate_key(key, version=version), key, value)
                 for key, value in data.items()]
-        for made_key, key, value in made:  # refuse what cannot fit before storing anything
-            try:
-                self._fanout.check_fits(made_key, value)
-            except ValueError as exc:
-                raise ValueError(f"value of {key!r}: {exc}") from None
         failed: list[str] = []
-        self._make_room(len(made))
         for shard, items in self._by_shard(made).items():
             try:
                 with self._batch(shard, retry):
-                    for made_key, _, value in items:
-                        shard.set(made_key, value, expire, retry=retry)
+                    for made_key, key, value in items:
+                        try:
+                            shard.set(made_key, value, expire, retry=retry)
+                        except ItemTooLargeError:  # not cached, and no older value left
+                            shard.delete(made_key, retry=retry)
+                            failed.append(key)
             except Timeout:
-                failed.extend(key for _, key, _ in items)
+                failed.extend(key for _, key, _ in items if key not in failed)
         return failed
 
     def delete_many(self, keys: Iterable[str], version: int | None = None, retry: bool = True) -> None:
