@@ -423,13 +423,14 @@ def django_cache(tmp_path):
     if not settings.configured:
         settings.configure(**{name: getattr(project, name) for name in dir(project) if name.isupper()})
         django.setup()
+    from diskcache_core.contrib import _django_options
     from diskcache_core.contrib import django as backend
 
     cache = backend.DjangoCache(str(tmp_path / "django"), {})
     yield cache
-    for fanout in list(backend._shared.values()):
+    for fanout in list(_django_options.SHARED.values()):
         fanout.close()
-    backend._shared.clear()
+    _django_options.SHARED.clear()
 
 
 def test_django_refuses_keys_it_cannot_store(django_cache):

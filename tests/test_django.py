@@ -43,6 +43,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, override_settings
 
 import diskcache_core
+from diskcache_core.contrib import _django_options
 from diskcache_core.contrib import django as django_backend
 from diskcache_core.contrib.django import DjangoCache
 from tests.django_project import views
@@ -63,9 +64,9 @@ PROJECT_SETTINGS = {
 def _forget_shared_caches():
     """Each test opens its own directories: close them afterwards, and forget them."""
     yield
-    for fanout in list(django_backend._shared.values()):
+    for fanout in list(_django_options.SHARED.values()):
         fanout.close()
-    django_backend._shared.clear()
+    _django_options.SHARED.clear()
 
 
 @pytest.fixture

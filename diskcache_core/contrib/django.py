@@ -37,8 +37,6 @@ Decisions, and why:
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, ContextManager
@@ -50,77 +48,17 @@ from django.core.cache.backends.base import (
     InvalidCacheKey,
 )
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
 from .. import ENOVAL, Cache, Disk, FanoutCache, Timeout
 from .._async import run_sync
 from .._memo import MemoizeDecorator
-from .._shards import ItemTooLargeError
 from .._memo import memoize as _memoize
+from .._shards import ItemTooLargeError
+from ._django_options import EntryLimit, location, shared_fanout
 
 __all__ = ["DjangoCache"]
 
 _EXPIRED = -1.0  # expire argument for Django timeouts of 0 or less: stored already expired
-
-
-def _entry_limits(options: dict[str, Any]) -> tuple[int | None, int]:
-    """Django's MAX_ENTRIES and CULL_FREQUENCY, taken out of `options` (the rest are settings).
-
-    Without MAX_ENTRIES the cache is bounded by ``size_limit`` alone (Django's built-in backends
-    default to 300 entries; a disk cache is meant to be larger).
-    """
-    max_entries = options.pop("MAX_ENTRIES", None)
-    cull_frequency = options.pop("CULL_FREQUENCY", 3)
-    if max_entries is not None and (type(max_entries) is not int or max_entries < 1):
-        raise ImproperlyConfigured(f"OPTIONS['MAX_ENTRIES'] must be an int >= 1, not {max_entries!r}")
-    if type(cull_frequency) is not int or cull_frequency < 0:
-        raise ImproperlyConfigured(
-            f"OPTIONS['CULL_FREQUENCY'] must be an int >= 0, not {cull_frequency!r}"
-        )
-    return max_entries, cull_frequency
-
-# --- one FanoutCache per configuration, shared by every backend object of this process --------
-
-_shared: dict[tuple[Any, ...], FanoutCache] = {}
-_shared_lock = threading.Lock()
-
-
-def _option_key(options: dict[str, Any]) -> str:
-    # Settings may hold unhashable values (a list of allowed types): compare their text.
-    return repr(sorted(options.items(), key=lambda item: item[0]))
-
-
-def _shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, Any]) -> FanoutCache:
-    """The process's FanoutCache for this configuration, opened on first use."""
-    key = (location, shards, timeout, _option_key(options))
-    found = _shared.get(key)
-    if found is not None:
-        return found
-    with _shared_lock:
-        found = _shared.get(key)
-        if found is None:
-            settings = dict(options)
-            disk = settings.pop("disk", Disk)
-            if isinstance(disk, str):
-                disk = import_string(disk)
-            try:
-                found = FanoutCache(location, shards=shards, timeout=timeout, disk=disk, **settings)
-            except (TypeError, ValueError) as exc:
-                raise ImproperlyConfigured(f"cache at {location!r}: {exc}") from exc
-            _shared[key] = found
-        return found
-
-
-def _location(directory: Any) -> str:
-    if not directory:
-        raise ImproperlyConfigured(
-            "DjangoCache needs LOCATION: the cache directory (shared by every process using it)"
-        )
-    try:
-        path: str = os.fspath(directory)
-    except TypeError:
-        raise ImproperlyConfigured(f"LOCATION must be a path, not {directory!r}") from None
-    return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
 
 
 class _VersionedKeys:
@@ -161,16 +99,16 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """Called by Django with LOCATION and the rest of the CACHES entry; see the module doc."""
         super().__init__(params)
         options = dict(params.get("OPTIONS") or {})
-        self._max_entries_limit, self._cull_frequency_of = _entry_limits(options)
+        self._limit = EntryLimit(options)
         self._remote = options.get("remote") is not None
-        if self._remote and self._max_entries_limit is not None:
+        if self._remote and self._limit.max_entries is not None:
             raise ImproperlyConfigured(
                 "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
                 " items of every host (bound it with Redis's maxmemory policy instead)"
             )
         # With a remote the directory only keeps copies, and each shard runs listener processes.
-        self._fanout = _shared_fanout(
-            _location(directory),
+        self._fanout = shared_fanout(
+            location(directory),
             params.get("SHARDS", 1 if self._remote else 8),
             params.get("DATABASE_TIMEOUT", 0.010),
             options,
@@ -222,21 +160,6 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
             raise ValueError("timeout must not be NaN")
         return _EXPIRED
 
-    def _make_room(self, new: int = 1) -> None:
-        """With MAX_ENTRIES: before storing, when the cache holds that many entries (or would
-        with `new` more), remove 1/CULL_FREQUENCY of them in the eviction policy's order — all
-        of them for CULL_FREQUENCY 0 — as Django's own backends do."""
-        limit = self._max_entries_limit
-        if limit is None:
-            return
-        count = len(self._fanout)
-        if count + new - 1 < limit:
-            return
-        if self._cull_frequency_of == 0:
-            self._fanout.clear(retry=True)
-        else:
-            self._fanout.evict_items(count // self._cull_frequency_of, retry=True)
-
     def _batch(self, shard: Cache, retry: bool) -> ContextManager[Any]:
         """One transaction for a shard's part of a bulk write; with a remote (where a transaction
         cannot span hosts) each write stands alone."""
@@ -264,17 +187,13 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         tag: Any = None,
         retry: bool = True,
     ) -> bool:
-        """Store `value` only if `key` is missing or expired; True when stored. Atomic.
-
-        With MAX_ENTRIES, room is made only for a key that is missing, as Django's own
-        backends cull only when they store (a cull could remove the very key, and the add
-        would then overwrite it). A value too large for its shard stores nothing: False.
-        """
+        """Store `value` only if `key` is missing or expired; True when stored. Atomic. Room
+        (MAX_ENTRIES) is made for a missing key only: a cull could remove the key itself."""
         key = self.make_and_validate_key(key, version=version)
-        if self._max_entries_limit is not None:
+        if self._limit.max_entries is not None:
             if key in self._fanout:
                 return False
-            self._make_room()
+            self._limit.make_room(self._fanout)
         try:
             return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
         except ItemTooLargeError:
@@ -304,14 +223,11 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         tag: Any = None,
         retry: bool = True,
     ) -> bool:
-        """Store `value` under `key`; True, or False when its shard stayed busy (retry=False).
-
-        A value too large for its shard's share of ``size_limit`` is not cached (False), and
-        an older value of `key` is removed, so that no stale one is read: a Django backend does
-        not fail a request (``cache_page``) for a large value.
-        """
+        """Store `value` under `key`; True, or False when its shard stayed busy (retry=False)
+        or the value is too large for it (not cached, no older value kept; no error: Django's
+        backends do not fail a request, ``cache_page``, for a large value)."""
         key = self.make_and_validate_key(key, version=version)
-        self._make_room()
+        self._limit.make_room(self._fanout)
         try:
             return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
         except ItemTooLargeError:
@@ -393,7 +309,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         MAX_ENTRIES, each item is set in turn, making room as Django's own backends do.
         """
         expire = self._expire(timeout)
-        if self._max_entries_limit is not None:  # room for each item, as Django's backends
+        if self._limit.max_entries is not None:  # room for each item, as Django's backends
             return [key for key, value in data.items()  # make it: one set at a time
                     if not self.set(key, value, timeout, version, retry=retry)]
         made = [(self.make_and_validate_key(key, version=version), key, value)
