@@ -128,8 +128,21 @@ def _encode(value: Any) -> str:
         return '{"dict":[' + ",".join(items) + "]}"
     if kind is set or kind is frozenset:  # {1} == frozenset({1}): one tag for both
         return '{"set":[' + ",".join(sorted(map(_encode, value))) + "]}"
+    return _pickled(value)
+
+
+def _pickled(value: Any) -> str:
     data = pickletools.optimize(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
     return '{"pickle":"' + base64.b64encode(data).decode("ascii") + '"}'
+
+
+def _encode_argument(value: Any) -> str:
+    """`_encode`, or for a container that holds itself (or is nested too deeply to walk) its
+    pickle, which keeps such cycles: the argument is still a key, as in python-diskcache."""
+    try:
+        return _encode(value)
+    except RecursionError:
+        return _pickled(value)
 
 
 def _encode_int(value: int) -> str:
@@ -158,9 +171,11 @@ def make_key(
         args = tuple(arg for index, arg in enumerate(args) if index not in skip)
         kwargs = {name: value for name, value in kwargs.items() if name not in skip}
     names = sorted(kwargs)
-    text = _quote(base) + ",[" + ",".join(map(_encode, args)) + "],["
+    text = _quote(base) + ",[" + ",".join(map(_encode_argument, args)) + "],["
     if names:
-        text += ",".join("[" + _quote(name) + "," + _encode(kwargs[name]) + "]" for name in names)
+        text += ",".join(
+            "[" + _quote(name) + "," + _encode_argument(kwargs[name]) + "]" for name in names
+        )
     text += "]"
     if typed:
         types = [type(arg) for arg in args] + [type(kwargs[name]) for name in names]

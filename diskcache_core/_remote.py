@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ._errors import RemoteError, RemoteUnavailableError
-from ._urls import check_remote_url, safe_url
+from ._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
 __all__ = [
     "Item", "RemoteStore", "decode_item", "decode_key", "encode_item", "encode_key", "stamp_hash",
@@ -87,7 +87,7 @@ def _split_cluster(url: str) -> tuple[str, bool]:
     if not cluster:
         return url, False
     rest = [(name, value) for name, value in query if name != "cluster"]
-    wanted = cluster[-1].lower() in ("1", "true", "yes", "on")
+    wanted = cluster[-1].lower() in CLUSTER_WORDS[:4]
     plain = urlunsplit(parts._replace(query=urlencode(rest)))
     if not parts.netloc:  # unix:///path: urlunsplit would drop the empty authority's "//"
         plain = plain.replace(f"{parts.scheme}:", f"{parts.scheme}://", 1)

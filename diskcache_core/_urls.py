@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-__all__ = ["check_remote_url", "safe_url"]
+__all__ = ["CLUSTER_WORDS", "check_remote_url", "safe_url"]
 
 _SCHEMES = ("redis", "rediss", "unix")
+
+
+# What ``?cluster=`` may say: a yes (the first four) or a no.
+CLUSTER_WORDS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 
 
 def check_remote_url(url: Any) -> str:
@@ -25,6 +29,17 @@ def check_remote_url(url: Any) -> str:
         )
     if parts.scheme != "unix" and not parts.hostname:
         raise ValueError(f"remote URL {safe_url(url)!r} names no host")
+    if parts.scheme == "unix" and not parts.path:
+        raise ValueError(f"remote URL {safe_url(url)!r} names no socket path")
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    database = query.get("db", database)
+    if database and not database.isdigit():  # redis-py would quietly use database 0
+        raise ValueError(f"remote URL {safe_url(url)!r}: the database must be a number")
+    if query.get("cluster", "false").lower() not in CLUSTER_WORDS:
+        raise ValueError(f"remote URL {safe_url(url)!r}: cluster must be true or false")
+    if query.get("protocol", "2") not in ("2", "3"):
+        raise ValueError(f"remote URL {safe_url(url)!r}: protocol must be 2 or 3")
     return url
 
 

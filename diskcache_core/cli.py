@@ -20,6 +20,7 @@ import os
 import os.path as op
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -192,8 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.directory = op.expandvars(op.expanduser(args.directory))
     out = Output(args.json, sys.stdout)
     try:
-        with _opened(args) as shards:
-            return COMMANDS[args.command](args, shards, out)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning  # a line of ours, not Python's source excerpt
+            with _opened(args) as shards:
+                return COMMANDS[args.command](args, shards, out)
     except NotACacheError as exc:
         print(f"diskcache-core: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -223,6 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    print(f"diskcache-core: {category.__name__}: {message}", file=sys.stderr)
 
 
 def _explain_refusal(exc: UnsafePickleError) -> None:

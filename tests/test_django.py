@@ -167,10 +167,15 @@ def test_defaults_are_python_diskcaches(make_backend):
         ("{dir}", {"OPTIONS": {"colour": "blue"}}, "unknown setting"),
         ("{dir}", {"SHARDS": "8"}, "shards must be an int"),
         ("{dir}", {"OPTIONS": {"size_limit": -1}}, "size_limit"),
+        ("{dir}", {"OPTIONS": {"disk": "no_such_module.Disk"}}, "no_such_module"),
+        ("{dir}/file/below", {}, "not a directory"),
     ],
 )
 def test_bad_configuration_is_improperly_configured(location, location_value, params, message):
     directory = location_value.format(dir=location) if location_value is not None else None
+    os.makedirs(location, exist_ok=True)
+    with open(os.path.join(location, "file"), "w"):  # a file where a directory is named
+        pass
     with pytest.raises(ImproperlyConfigured, match=message):
         DjangoCache(directory, params)
 

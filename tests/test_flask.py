@@ -343,3 +343,14 @@ def test_two_processes_share_entries(app, cache_dir):
     assert client.get("/page").data == b"page 1"  # the child's response, from the cache
     assert client.get("/add/20/22").data == b"20 + 22 = 42"
     assert calls["page"] == calls["add"] == 0
+
+
+def test_inc_and_dec_of_a_stored_none_start_at_zero_as_cachelibs(backend):
+    backend.set("none", None)
+    assert backend.inc("none", 5) == 5 and backend.get("none") == 5
+    backend.set("none", None)
+    assert backend.dec("none", 2) == -2
+    backend.set("text", "abc")
+    with pytest.raises(TypeError):
+        backend.inc("text")
+    assert backend.get("text") == "abc"

@@ -661,3 +661,20 @@ def test_single_flight_survives_a_killed_computer(tmp_path):
         # taken); the margin covers the computer's few steps between its lock and its stamp.
         waited = cache['computation_started'] - cache['hanging_since']
     assert waited > lock_expire - 0.5, waited
+
+
+def test_an_argument_that_holds_itself_is_a_key_too(cache):
+    calls = []
+
+    @cache.memoize()
+    def size(items):
+        calls.append(1)
+        return len(items)
+
+    cyclic = [1, 2]
+    cyclic.append(cyclic)
+    assert size(cyclic) == 3 and size(cyclic) == 3
+    assert len(calls) == 1  # (python-diskcache keys it by pickle, which keeps the cycle)
+    other = {"a": 1}
+    other["self"] = other
+    assert size(other) == 2 and len(calls) == 2

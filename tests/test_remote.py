@@ -267,7 +267,10 @@ def test_the_directory_is_not_a_plain_cache_any_more(hosts):
 
 
 def test_bad_urls_fail_at_construction(tmp_path):
-    for bad in ("http://127.0.0.1:1/", "redis://127.0.0.1:notaport/0", "redis:///0", 42):
+    for bad in ("http://127.0.0.1:1/", "redis://127.0.0.1:notaport/0", "redis:///0", 42,
+                # redis-py would quietly use database 0, no cluster, or fail at first use:
+                "redis://127.0.0.1:1/1x", "redis://127.0.0.1:1/0?db=x",
+                "redis://127.0.0.1:1/0?cluster=maybe", "unix://", "redis://127.0.0.1:1/0?protocol=9"):
         with pytest.raises((ValueError, TypeError)):
             Cache(str(tmp_path / "c"), remote=bad)
     with pytest.raises(ValueError, match="remote_prefix"):

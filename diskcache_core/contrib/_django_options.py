@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .. import Disk, FanoutCache
+from .. import DiskCacheError, Disk, FanoutCache
 
 __all__ = ["SHARED", "EntryLimit", "location", "shared_fanout"]
 
@@ -76,11 +76,13 @@ def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, A
         if found is None:
             settings = dict(options)
             disk = settings.pop("disk", Disk)
-            if isinstance(disk, str):
-                disk = import_string(disk)
             try:
+                if isinstance(disk, str):
+                    disk = import_string(disk)
                 found = FanoutCache(location, shards=shards, timeout=timeout, disk=disk, **settings)
-            except (TypeError, ValueError) as exc:
+            except DiskCacheError:  # a full disk, a damaged database: not the configuration
+                raise
+            except (TypeError, ValueError, ImportError, NotADirectoryError) as exc:
                 raise ImproperlyConfigured(f"cache at {location!r}: {exc}") from exc
             SHARED[key] = found
         return found

@@ -39,7 +39,7 @@ from flask import Flask
 from flask_caching.backends.base import BaseCache
 from werkzeug.utils import import_string
 
-from .. import Cache, Disk, Timeout
+from .. import ENOVAL, Cache, Disk, Timeout
 
 __all__ = ["DiskCache"]
 
@@ -236,19 +236,27 @@ class DiskCache(BaseCache):
         return _unless_busy(None, self._cache.clear) is not None
 
     def inc(self, key: str, delta: int = 1) -> int | None:
-        """Add `delta` to the number at `key` atomically (a missing key starts at 0); the new
-        value, or None when the database stayed busy."""
-        value: int | None = _unless_busy(None, self._cache.incr, key, delta, default=0)
+        """Add `delta` to the number at `key` atomically (a missing key, or one holding None,
+        starts at 0, as in cachelib's backends); the new value, or None when the database
+        stayed busy."""
+        value: int | None = _unless_busy(None, self._add, key, delta)
         if value is not None:
             self._wrote()
         return value
 
     def dec(self, key: str, delta: int = 1) -> int | None:
         """Subtract `delta` from the number at `key` atomically; see `inc`."""
-        value: int | None = _unless_busy(None, self._cache.decr, key, delta, default=0)
-        if value is not None:
-            self._wrote()
-        return value
+        return self.inc(key, -delta)
+
+    def _add(self, key: str, delta: int) -> Any:
+        try:
+            return self._cache.incr(key, delta, default=0)
+        except TypeError:  # not a number: None counts as 0 (cachelib's ``get(key) or 0``)
+            with self._cache.transact():
+                if self._cache.get(key, ENOVAL) is not None:
+                    raise
+                self._cache.set(key, delta)
+                return delta
 
     def close(self) -> None:
         """Close the calling thread's database connection (reopened on next use)."""
