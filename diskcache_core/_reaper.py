@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import sys
 import threading
 import time
 import warnings
@@ -47,25 +48,37 @@ class _Reaper:
 
     def __init__(self) -> None:
         self.pending: collections.deque[tuple[Any, str]] = collections.deque()
-        self.unfinished = 0  # queued and not yet removed
+        self.queued = 0  # files queued since the process started (or forked)
+        self.removed = 0  # of those, how many the thread has removed (in queue order)
         self.done = threading.Condition()
         self.thread: threading.Thread | None = None
 
     def remove_later(self, disk: Any, names: Iterable[str]) -> None:
+        names = list(names)
         with self.done:
-            if self.unfinished < MAX_PENDING:
-                for name in names:
-                    self.pending.append((disk, name))
-                    self.unfinished += 1
-                # Under the lock: a thread deciding to exit cannot miss what was just queued.
-                if self.thread is None:
-                    self.thread = threading.Thread(
-                        target=self._run, name="diskcache_core-file-remover", daemon=True
-                    )
-                    self.thread.start()
-                return
-        for name in names:  # back-pressure: the writer removes its own
+            if self.queued - self.removed < MAX_PENDING:
+                # Under the lock: a thread deciding to exit cannot miss what is queued here.
+                if self.thread is not None or self._start():
+                    self.pending.extend((disk, name) for name in names)
+                    self.queued += len(names)
+                    return
+        for name in names:  # back-pressure, or no thread to be had: the writer removes its own
             remove_now(disk, name)
+
+    def _start(self) -> bool:
+        """Start the thread; False when none could be started (the writer's commit stands)."""
+        thread = threading.Thread(target=self._run, name="diskcache_core-file-remover", daemon=True)
+        try:
+            thread.start()
+        except BaseException:
+            if thread.ident is None:  # it never ran: start another next time
+                if not isinstance(sys.exc_info()[1], Exception):
+                    raise  # (a KeyboardInterrupt is the caller's to see)
+                return False
+            self.thread = thread  # it runs: interrupted only while start() waited for it
+            raise
+        self.thread = thread
+        return True
 
     def _run(self) -> None:
         # Exits when idle, so a process that forks later usually has no extra thread left.
@@ -80,9 +93,8 @@ class _Reaper:
                 finally:
                     removed += 1
                     with self.done:
-                        self.unfinished -= 1
-                        if not self.unfinished:
-                            self.done.notify_all()
+                        self.removed += 1
+                        self.done.notify_all()
             idle = 0.0 if removed else idle + _POLL
             if idle >= _IDLE_EXIT:
                 with self.done:
@@ -91,9 +103,11 @@ class _Reaper:
                         return
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every queued file is removed; False if `timeout` ran out first."""
+        """Wait until every file queued before this call is removed (files queued meanwhile by
+        other writers do not keep it waiting); False if `timeout` ran out first."""
         with self.done:
-            return self.done.wait_for(lambda: not self.unfinished, timeout)
+            target = self.queued
+            return self.done.wait_for(lambda: self.removed >= target, timeout)
 
 
 _reaper = _Reaper()

@@ -289,10 +289,14 @@ class Store:
             return
         try:
             self._begin(state, retry, timeout)
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            # A signal handler may raise just as BEGIN returned: leave no transaction open.
+            self._rollback(state)
             if new_file is not None:
                 self.remove_file(new_file)
-            raise translate_sqlite_error(exc, self.pool.path) from exc
+            if isinstance(exc, sqlite3.Error):
+                raise translate_sqlite_error(exc, self.pool.path) from exc
+            raise
         state.depth = 1
         if new_file is not None:
             state.created.append(new_file)
@@ -307,12 +311,21 @@ class Store:
             self._rollback(state)
             raise
         state.depth = 0
+        # Taken before COMMIT: once it has run, nothing may remove these files, not even a
+        # rollback after a signal that lands right after it (they would be a committed row's).
+        created, state.created = state.created, []
         try:
             state.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(state)
-            raise translate_sqlite_error(exc, self.pool.path) from exc
-        state.created.clear()
+        except BaseException as exc:
+            if isinstance(exc, sqlite3.Error) or state.con.in_transaction:
+                state.created = created  # COMMIT failed, or never ran: undo the block
+                self._rollback(state)
+            else:  # a signal just after COMMIT ran: the transaction stands
+                state.charge = 0
+                self._after_commit(state, 0)
+            if isinstance(exc, sqlite3.Error):
+                raise translate_sqlite_error(exc, self.pool.path) from exc
+            raise
         charge, state.charge = state.charge, 0
         self._after_commit(state, charge)
 

@@ -7,7 +7,9 @@ so every caller of ``fanout.deque('jobs')`` shares one Deque, and ``close()`` re
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,6 +41,7 @@ class SubCollections:
         self._disk = disk
         self._made: dict[tuple[str, str], tuple[Cache, Any]] = {}  # (kind, name): (store, made)
         self._lock = threading.Lock()
+        _every.add(self)
 
     def _get(
         self, kind: str, name: str, store: Callable[[str], Cache], wrap: Callable[[Cache], T]
@@ -83,3 +86,16 @@ class SubCollections:
             stores = [store for store, _ in self._made.values()]
         for store in stores:
             store.close()
+
+
+# A fork while another thread opens a sub-collection copies the lock held: each child's is new.
+_every: weakref.WeakSet[SubCollections] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for named in list(_every):
+        named._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -147,3 +147,26 @@ def test_threads_go_on_after_another_thread_closes(tmp_path: Path) -> None:
     assert cache.get("after") == 1
     assert not errors, errors
     cache.close()
+
+
+def test_a_remover_thread_that_cannot_start_costs_no_write_and_no_hang(tmp_path, monkeypatch):
+    import threading
+
+    from diskcache_core import _reaper
+
+    monkeypatch.setattr(_reaper, "_reaper", _reaper._Reaper())  # no remover thread yet
+    start = threading.Thread.start
+
+    def refused(self):
+        if self.name == "diskcache_core-file-remover":
+            raise RuntimeError("can't start new thread")  # CPython's error at a thread limit
+        start(self)
+
+    cache = dc.Cache(str(tmp_path))
+    cache.set("big", b"x" * 100_000)
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    assert cache.set("big", b"y" * 100_000) is True  # the old file is removed by the writer
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert cache.set("big", b"z" * 100_000) is True  # a remover starts this time
+    cache.close()  # returns: it waits for a thread that runs
+    assert cache.get("big") == b"z" * 100_000 and cache.check() == []

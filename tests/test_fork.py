@@ -260,3 +260,27 @@ def test_fork_with_pending_access_bookkeeping(cache_dir):
         assert item_rows(cache_dir, 'access_count') == [(6,)]
     finally:
         cache.close()
+
+
+def test_a_child_forked_while_a_sub_collection_opens_can_open_one(tmp_path):
+    fanout = dc.FanoutCache(str(tmp_path / "fanout"), shards=2)
+    try:
+        fanout._named._lock.acquire()  # as another thread holds it while it opens one
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: its copy of the lock is held by no thread of its own
+                code = 1
+                try:
+                    import signal
+
+                    signal.alarm(60)  # a hang fails the test instead of stalling the suite
+                    fanout.deque("jobs").append(1)
+                    code = 0 if list(fanout.deque("jobs")) == [1] else 2
+                finally:
+                    os._exit(code)
+        finally:
+            fanout._named._lock.release()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        fanout.close()

@@ -317,3 +317,50 @@ def test_lock_released_after_timeout(make_store):
     other = make_store(timeout=1)
     other.set('other', 1)
     assert cache['other'] == 1
+
+
+# --- interrupts (a signal handler raising) at the edges of a transaction ----------------------
+
+
+def test_an_interrupt_as_begin_returns_leaves_no_transaction_open(store, make_store, monkeypatch):
+    from diskcache_core._store import Store
+
+    begin = Store._begin
+
+    def interrupted(self, *args, **kwargs):
+        begin(self, *args, **kwargs)
+        raise KeyboardInterrupt  # as a SIGINT handler would, the moment BEGIN returned
+
+    monkeypatch.setattr(Store, "_begin", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with store.transact():
+            pass
+    monkeypatch.setattr(Store, "_begin", begin)
+    other = make_store(timeout=0.5)
+    assert other.set("from another connection", 1)  # the write lock was let go
+    with store.transact():
+        store.set("again", 2)
+    assert other.get("again") == 2
+
+
+def test_an_interrupt_just_after_commit_keeps_the_committed_value_file(store):
+    state = store._store.state()
+    execute = state.execute
+
+    def interrupted(statement, *args):
+        cursor = execute(statement, *args)
+        if statement == "COMMIT":
+            state.execute = execute
+            raise KeyboardInterrupt  # the commit has run
+        return cursor
+
+    state.execute = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        with store.transact():
+            store.set("big", b"x" * 100_000)  # a value file
+    with pytest.raises(ZeroDivisionError):
+        with store.transact():  # a later transaction that rolls back
+            store.set("other", 1)
+            1 / 0
+    assert store.get("big") == b"x" * 100_000
+    assert store.check() == []
