@@ -144,6 +144,8 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
         return Timeout(str(exc))
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
     full = code == _SQLITE_FULL or "disk is full" in str(exc)
+    if not full and code not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
+        return DatabaseError(f"SQLite: {exc}")
     room = _free_space(path)
     # SQLite also says SQLITE_FULL for some damaged databases: with plenty of room on the
     # device it is more likely damage (or a quota), and is not reported as a full disk.
@@ -152,8 +154,7 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
             f"SQLite: {exc}, yet the device has {room >> 20} MiB free: the database may be"
             " damaged (Cache.check tells), or a disk quota is reached"
         )
-    low = room is not None and room < _LOW_SPACE
-    if full or (code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and low):
+    if full or (room is not None and room < _LOW_SPACE):  # (an I/O error on a full device)
         where = f" for {path!r}" if path else ""
         return DiskFullError(errno.ENOSPC, f"no space left on the device{where} (SQLite: {exc})")
     return DatabaseError(f"SQLite: {exc}")

@@ -145,6 +145,15 @@ def _encode_argument(value: Any) -> str:
         return _pickled(value)
 
 
+def _arguments_text(
+    args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str], encode: Callable[[Any], str]
+) -> str:
+    text = ",".join(map(encode, args)) + "],["
+    if names:
+        text += ",".join("[" + _quote(name) + "," + encode(kwargs[name]) + "]" for name in names)
+    return text
+
+
 def _encode_int(value: int) -> str:
     # Decimal up to 64 bits; bigger in hex (str(int) is limited to 4300 digits by default).
     return str(value) if -_INT64 <= value < _INT64 else '{"int":"' + hex(value) + '"}'
@@ -171,12 +180,11 @@ def make_key(
         args = tuple(arg for index, arg in enumerate(args) if index not in skip)
         kwargs = {name: value for name, value in kwargs.items() if name not in skip}
     names = sorted(kwargs)
-    text = _quote(base) + ",[" + ",".join(map(_encode_argument, args)) + "],["
-    if names:
-        text += ",".join(
-            "[" + _quote(name) + "," + _encode_argument(kwargs[name]) + "]" for name in names
-        )
-    text += "]"
+    try:
+        arguments = _arguments_text(args, kwargs, names, _encode)
+    except RecursionError:  # rare: a cycle; the common call pays no extra frame per argument
+        arguments = _arguments_text(args, kwargs, names, _encode_argument)
+    text = _quote(base) + ",[" + arguments + "]"
     if typed:
         types = [type(arg) for arg in args] + [type(kwargs[name]) for name in names]
         text += ",[" + ",".join(map(_type_name, types)) + "]"

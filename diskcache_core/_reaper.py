@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import collections
 import os
-import sys
 import threading
 import time
 import warnings
@@ -70,9 +69,9 @@ class _Reaper:
         thread = threading.Thread(target=self._run, name="diskcache_core-file-remover", daemon=True)
         try:
             thread.start()
-        except BaseException:
+        except BaseException as exc:
             if thread.ident is None:  # it never ran: start another next time
-                if not isinstance(sys.exc_info()[1], Exception):
+                if not isinstance(exc, Exception):
                     raise  # (a KeyboardInterrupt is the caller's to see)
                 return False
             self.thread = thread  # it runs: interrupted only while start() waited for it

@@ -302,13 +302,11 @@ class Store:
             state.created.append(new_file)
         try:
             yield state
-        except sqlite3.Error as exc:  # a statement of the block: the library's error, too
+        except BaseException as exc:
             state.depth = 0
             self._rollback(state)
-            raise translate_sqlite_error(exc, self.pool.path) from exc
-        except BaseException:
-            state.depth = 0
-            self._rollback(state)
+            if isinstance(exc, sqlite3.Error):  # a statement of the block: the library's error
+                raise translate_sqlite_error(exc, self.pool.path) from exc
             raise
         state.depth = 0
         # Taken before COMMIT: once it has run, nothing may remove these files, not even a

@@ -308,10 +308,10 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         DATABASE_TIMEOUT stores none of its items, and their keys are returned. With
         MAX_ENTRIES, each item is set in turn, making room as Django's own backends do.
         """
-        expire = self._expire(timeout)
         if self._limit.max_entries is not None:  # room for each item, as Django's backends
             return [key for key, value in data.items()  # make it: one set at a time
                     if not self.set(key, value, timeout, version, retry=retry)]
+        expire = self._expire(timeout)
         made = [(self.make_and_validate_key(key, version=version), key, value)
                 for key, value in data.items()]
         failed: list[str] = []
