@@ -5,14 +5,17 @@ SQLite keeps per-process state of each open database (the locks it holds, its ma
 index). A connection open at fork() leaves that state in the child, where new connections share
 it and so take no locks of their own; when the parent then closed, SQLite removed the WAL and its
 index under the child: the child read stale values and its writes were lost. Connections no
-thread can be using are now closed just before a fork.
+thread can be using are now closed just before a fork, and where another thread's connection
+stays open (and is parked in the child) the child takes the locks SQLite's state claims.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,67 @@ def test_a_transaction_open_in_the_forking_thread_survives_the_fork(tmp_path: Pa
         cache.set("b", 2)
     assert cache.get("a") == 1 and cache.get("b") == 2
     cache.close()
+
+
+def _count_from_another_process(directory: Path, prefix: str, count: int) -> int:
+    code = (
+        f"import diskcache_core as dc; c = dc.Cache({str(directory)!r}, memory_size_limit=0);"
+        f" print(sum(c.get({prefix!r} + str(i)) == i for i in range({count})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                          capture_output=True, text=True)
+    return int(done.stdout)
+
+
+@pytest.mark.parametrize("opener", ["thread", "awaitable"])
+def test_child_keeps_writes_when_another_thread_had_a_connection_open(
+    tmp_path: Path, opener: str
+) -> None:
+    """Another live thread's connection (a worker thread's, or the pool behind the awaitable
+    methods after one ``aset``) stays open across the fork and is parked in the child: the child's
+    writes made after the parent's last close must still be committed to the cache."""
+    cache = dc.Cache(tmp_path)
+    cache.set("k", 0)
+    release = threading.Event()
+    used = threading.Event()
+
+    def other_thread() -> None:
+        cache.set("b", 1)  # opens this thread's connection; idle from now on
+        used.set()
+        release.wait(120)
+        cache.close()  # the thread's own connection closes after the fork
+
+    worker = None
+    if opener == "thread":
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        assert used.wait(120)
+    else:
+        asyncio.run(cache.aset("b", 1))  # the async pool's thread keeps its connection
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            early = cache.set("early", 1)  # the child's connection opens before the parent closes
+            os.write(to_parent_w, b"r")
+            os.read(to_child_r, 1)  # the parent has closed its every connection
+            late = all(cache.set(f"late{i}", i) for i in range(20))
+            seen = cache.get("k")
+            cache.close()
+            status = 0 if early and late and seen == 5 else 2
+        finally:
+            os._exit(status)
+    os.read(to_parent_r, 1)
+    release.set()
+    if worker is not None:
+        worker.join(120)
+    cache.close()
+    _write_from_another_process(tmp_path, "k", 5)
+    os.write(to_child_w, b"g")
+    _, status = os.waitpid(pid, 0)
+    for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
+        os.close(fd)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child read stale values"
+    assert _count_from_another_process(tmp_path, "late", 20) == 20, "the child's writes were lost"
