@@ -174,7 +174,10 @@ class Lock:
     releasing deletes it only if it still holds that token. With `expire`, a holder that dies
     releases the lock `expire` seconds after acquiring it; choose it above the longest hold.
     Use it as a context manager (``with Lock(cache, 'report-123', expire=60): ...``) or call
-    ``acquire``/``release``; one Lock object may be shared by threads.
+    ``acquire``/``release``. One Lock object may be shared by threads: each thread's acquisition
+    keeps its own token, so a thread whose hold expired cannot release the next holder's lock; a
+    thread that acquired nothing through the object releases the hold it has (as
+    ``threading.Lock`` lets any thread release).
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
@@ -182,7 +185,7 @@ class Lock:
         self._key = key
         self._expire = expire
         self._tag = tag
-        self._token: str | None = None
+        self._tokens: dict[int, str] = {}  # thread ident -> the token its acquisition holds
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; True when taken.
@@ -202,26 +205,35 @@ class Lock:
 
         if not _poll(attempt, blocking, timeout):
             return False
-        self._token = token
+        self._tokens[threading.get_ident()] = token
         return True
 
     def release(self) -> None:
         """Release the lock; RuntimeError when this object does not hold it (or it expired)."""
-        token = self._token
-        if token is None:
+        own = self._tokens.pop(threading.get_ident(), None)
+        # The calling thread's own hold only; a thread with none may release another's.
+        tokens = {own} if own is not None else set(self._tokens.values())
+        if not tokens:
             raise RuntimeError(
                 f"release of lock {self._key!r} by a Lock object that did not acquire it"
                 " (it may be held through another object: that one releases it)"
             )
-        self._token = None
+        found: list[Any] = []
 
         def released(current: Any) -> tuple[Any, bool]:
-            return (DELETE, True) if current == token else (KEEP, False)
+            if isinstance(current, str) and current in tokens:
+                found.append(current)
+                return DELETE, True
+            return KEEP, False
 
         if not _change(self._cache, self._key, released, None, None, None):
             raise RuntimeError(
                 f"lock {self._key!r} expired before release: another holder may have taken it"
             )
+        if own is None:
+            for ident, token in list(self._tokens.items()):
+                if token in found:
+                    self._tokens.pop(ident, None)
 
     def locked(self) -> bool:
         """True when some thread or process holds the lock."""

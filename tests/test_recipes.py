@@ -96,6 +96,29 @@ def test_expired_lock_is_taken_over_and_old_holder_cannot_release_it(cache):
     second.release()
 
 
+def test_a_shared_lock_object_keeps_each_threads_hold_apart(cache):
+    """One Lock object used by several threads (as ``barrier`` uses one): a thread whose hold
+    ended (expired; removed here as expiry would) cannot release the next holder's lock."""
+    lock = Lock(cache, 'lock')
+    assert in_thread(lock.acquire, False) == ('ok', True)  # a thread takes it and keeps it
+    cache.delete('lock')  # its hold expires
+    assert lock.acquire(blocking=False)  # this thread takes the lock through the same object
+    kind, error = in_thread(lock.release)  # the old holder's late release fails
+    assert kind == 'error' and isinstance(error, RuntimeError), error
+    assert lock.locked()  # did not remove this thread's lock
+    lock.release()
+    assert not lock.locked()
+
+
+def test_a_lock_may_be_released_by_a_thread_that_did_not_acquire_it(cache):
+    lock = Lock(cache, 'lock')
+    assert lock.acquire()
+    assert in_thread(lock.release) == ('ok', None)  # as threading.Lock allows
+    assert not lock.locked()
+    with pytest.raises(RuntimeError):
+        lock.release()  # nothing is held through the object any more
+
+
 def test_waiting_backs_off_instead_of_spinning(make_store):
     make_cache = make_store
     attempts = itertools.count()
