@@ -433,8 +433,9 @@ class CacheBase:
         that have finished, and the library's own idle worker threads'. Each reopens on next use.
 
         Another live thread's connection is closed by that thread's own close() (closing it under
-        a statement it may be running is not safe). The last close of a database in any process
-        removes its WAL (``-wal``) and ``-shm``.
+        a statement it may be running is not safe). Called inside this thread's transaction, it
+        closes this thread's connection when the transaction ends. The last close of a database
+        in any process removes its WAL (``-wal``) and ``-shm``.
         """
         if self._remote is not None:
             self._remote.close()

@@ -60,7 +60,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "reader",
+        "versions", "charge", "reader", "close_after",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -86,6 +86,8 @@ class ThreadState:
         self.charge = 0
         # Runs the statements instead of `con` where this process may only read the database.
         self.reader: ReadOnlyReader | None = None
+        # close() was called inside this thread's transaction: closed once the transaction ends.
+        self.close_after = False
 
     def close(self) -> None:
         self.con.close()
@@ -211,11 +213,16 @@ class ConnectionPool:
         own close(), or once the thread has finished.
         """
         current = threading.current_thread()
+        mine = getattr(self.local, "state", None)
+        if mine is not None and (mine.depth or mine.con.in_transaction):
+            mine.close_after = True  # inside this thread's transaction: closed when it ends
         with _worker_lock, self._lock:
             keep = []
             for state in self._states:
                 thread = state.thread
-                if thread is current or not thread.is_alive():
+                if state.close_after:
+                    keep.append(state)
+                elif thread is current or not thread.is_alive():
                     state.close()
                 elif thread in _workers and thread not in _busy_workers:
                     state.close()
@@ -223,7 +230,8 @@ class ConnectionPool:
                 else:
                     keep.append(state)
             self._states = keep
-        self._forget_thread_state()
+        if mine is None or not mine.close_after:
+            self._forget_thread_state()
 
     def _forget_thread_state(self) -> None:
         """Forget the calling thread's connection (closed, or not its own to use): the next call

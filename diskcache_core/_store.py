@@ -288,44 +288,48 @@ class Store:
                 state.depth -= 1
             return
         try:
-            self._begin(state, retry, timeout)
-        except BaseException as exc:
-            # A signal handler may raise just as BEGIN returned: leave no transaction open.
-            self._rollback(state)
-            if new_file is not None:
-                self.remove_file(new_file)
-            if isinstance(exc, sqlite3.Error):
-                raise translate_sqlite_error(exc, self.pool.path) from exc
-            raise
-        state.depth = 1
-        if new_file is not None:
-            state.created.append(new_file)
-        try:
-            yield state
-        except BaseException as exc:
-            state.depth = 0
-            self._rollback(state)
-            if isinstance(exc, sqlite3.Error):  # a statement of the block: the library's error
-                raise translate_sqlite_error(exc, self.pool.path) from exc
-            raise
-        state.depth = 0
-        # Taken before COMMIT: once it has run, nothing may remove these files, not even a
-        # rollback after a signal that lands right after it (they would be a committed row's).
-        created, state.created = state.created, []
-        try:
-            state.execute("COMMIT")
-        except BaseException as exc:
-            if isinstance(exc, sqlite3.Error) or state.con.in_transaction:
-                state.created = created  # COMMIT failed, or never ran: undo the block
+            try:
+                self._begin(state, retry, timeout)
+            except BaseException as exc:
+                # A signal handler may raise just as BEGIN returned: leave no transaction open.
                 self._rollback(state)
-            else:  # a signal just after COMMIT ran: the transaction stands
-                state.charge = 0
-                self._after_commit(state, 0)
-            if isinstance(exc, sqlite3.Error):
-                raise translate_sqlite_error(exc, self.pool.path) from exc
-            raise
-        charge, state.charge = state.charge, 0
-        self._after_commit(state, charge)
+                if new_file is not None:
+                    self.remove_file(new_file)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate_sqlite_error(exc, self.pool.path) from exc
+                raise
+            state.depth = 1
+            if new_file is not None:
+                state.created.append(new_file)
+            try:
+                yield state
+            except BaseException as exc:
+                state.depth = 0
+                self._rollback(state)
+                if isinstance(exc, sqlite3.Error):  # a statement of the block: the library's error
+                    raise translate_sqlite_error(exc, self.pool.path) from exc
+                raise
+            state.depth = 0
+            # Taken before COMMIT: once it has run, nothing may remove these files, not even a
+            # rollback after a signal that lands right after it (they would be a committed row's).
+            created, state.created = state.created, []
+            try:
+                state.execute("COMMIT")
+            except BaseException as exc:
+                if isinstance(exc, sqlite3.Error) or state.con.in_transaction:
+                    state.created = created  # COMMIT failed, or never ran: undo the block
+                    self._rollback(state)
+                else:  # a signal just after COMMIT ran: the transaction stands
+                    state.charge = 0
+                    self._after_commit(state, 0)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate_sqlite_error(exc, self.pool.path) from exc
+                raise
+            charge, state.charge = state.charge, 0
+            self._after_commit(state, charge)
+        finally:
+            if state.close_after:  # close() was called inside it
+                self.pool.close_current()
 
     def _begin(self, state: ThreadState, retry: bool, timeout: float | None) -> None:
         begin = "BEGIN IMMEDIATE"

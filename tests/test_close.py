@@ -170,3 +170,23 @@ def test_a_remover_thread_that_cannot_start_costs_no_write_and_no_hang(tmp_path,
     assert cache.set("big", b"z" * 100_000) is True  # a remover starts this time
     cache.close()  # returns: it waits for a thread that runs
     assert cache.get("big") == b"z" * 100_000 and cache.check() == []
+
+
+@pytest.mark.parametrize("kind", [dc.Cache, dc.FanoutCache])
+def test_close_inside_this_threads_transaction_closes_when_it_ends(tmp_path: Path, kind) -> None:
+    """close() called inside the calling thread's own transaction: the transaction stays whole
+    (committed, or rolled back, as one) and its connection closes when it ends."""
+    cache = kind(tmp_path)
+    with cache.transact():
+        cache.set("a", 1)
+        cache.close()
+        cache.set("b", 2)
+    assert not list(tmp_path.rglob("*.db-wal"))  # the last connection closed as it ended
+    with pytest.raises(KeyError):
+        with cache.transact():
+            cache.set("c", 3)
+            cache.close()
+            raise KeyError("c")
+    cache.close()
+    with kind(tmp_path) as again:
+        assert (again.get("a"), again.get("b"), again.get("c")) == (1, 2, None)
