@@ -10,6 +10,7 @@ call on to one of them: settings, statistics, bulk removals, queues, check, clos
 
 from __future__ import annotations
 
+import operator
 import os
 import os.path as op
 import warnings
@@ -19,6 +20,7 @@ from . import _checkpointer, _reaper
 from . import _schema as sql
 from ._arguments import check_timeout
 from ._check import check_cache
+from ._connections import FetchedRows
 from ._directories import open_cache_directory
 from ._disk import ENOVAL, Disk, check_disk_class
 from ._eviction import Evictor
@@ -169,6 +171,8 @@ class CacheBase:
                 for name, usable in usable_stored_settings({key: value}).items():
                     self._apply_setting(name, usable)
             return value
+        if key in self._counters:
+            return self._reset_counter(key, value, update)
         if key in CODE_ONLY_SETTINGS:
             raise ValueError(f"{key!r} comes from code only and cannot be stored")
         value = validate_setting(key, value)
@@ -184,6 +188,22 @@ class CacheBase:
         elif key == "tag_index" and update:
             self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         return value
+
+    def _reset_counter(self, key: str, value: Any, update: bool) -> int:
+        """Store a counter's value, as python-diskcache's ``reset`` does (``check(fix=True)``
+        recounts ``count`` and ``size`` from the items)."""
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            number = operator.index(value)
+        except TypeError:
+            raise TypeError(f"counter {key!r} must be an int, not {type(value).__name__}") from None
+        if number < 0:
+            raise ValueError(f"counter {key!r} cannot be negative: {number}")
+        if update:
+            self._store.write(sql.STORE_SETTING, (sql.row_name(key), number), retry=True)
+        self._counters[key] = number
+        return number
 
     # python-diskcache's counter attributes: their values when the cache was opened, or at the
     # last ``reset(name)`` (stale by design; prefer len(), stats() and volume()).
@@ -416,6 +436,18 @@ class CacheBase:
         committed by another writer would look unknown and, with `fix`, be removed.
         """
         return check_cache(self._store, self._disk, self._directory, fix, retry)
+
+    def _sql(self, statement: str, params: Any = ()) -> FetchedRows:
+        """Run one SQL statement on this thread's connection; its rows, fetched.
+
+        python-diskcache's private ``_sql``, for code written against it. The statement runs in
+        a transaction of its own (or joins this thread's), so a write commits whole and the
+        memory tiers of every process see it, as they see the library's own writes.
+        """
+        with self._store.transaction(retry=True) as state:
+            cursor = state.execute(statement, params)
+            rows = cursor.fetchall()
+        return FetchedRows(rows, cursor.rowcount)
 
     def __len__(self) -> int:
         """Count of items, expired items included (read from the count the schema's triggers

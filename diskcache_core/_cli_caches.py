@@ -36,6 +36,7 @@ from ._schema import (
 )
 
 __all__ = [
+    "NOT_SETTINGS",
     "Listed",
     "NotACacheError",
     "Unreadable",
@@ -51,7 +52,7 @@ __all__ = [
 _PAGE = 1000  # rows per query when listing keys
 # Rows of the Settings table that are not settings: the cache's counters, the schema version,
 # and the item count python-diskcache kept there.
-_NOT_SETTINGS = frozenset(METADATA) | {"count", "schema_version"}
+NOT_SETTINGS = frozenset(METADATA) | {"count", "schema_version"}
 
 
 class NotACacheError(Exception):
@@ -160,7 +161,7 @@ def open_shards(
 def settings_of(shard: Cache) -> tuple[dict[str, Any], dict[str, Any]]:
     """(settings, counters) as stored in the shard's Settings table, settings sorted by name."""
     stored = {setting_name(row): value for row, value in rows(shard, CLI_ALL_SETTINGS)}
-    counters = {name: stored.pop(name) for name in list(stored) if name in _NOT_SETTINGS}
+    counters = {name: stored.pop(name) for name in list(stored) if name in NOT_SETTINGS}
     return dict(sorted(stored.items())), counters
 
 

@@ -15,7 +15,14 @@ from itertools import islice
 from typing import Any
 
 from ._cache import Cache
-from ._cli_caches import Listed, count_expired, list_items, settings_of, settings_of_all
+from ._cli_caches import (
+    NOT_SETTINGS,
+    Listed,
+    count_expired,
+    list_items,
+    settings_of,
+    settings_of_all,
+)
 from ._cli_output import Output, human_size, plain, present_key, tagged
 from ._disk import ENOVAL
 from ._settings import validate_setting
@@ -292,6 +299,8 @@ def cmd_settings(args: argparse.Namespace, shards: list[Cache], out: Output) -> 
         return EXIT_OK
     value = parse_setting_value(args.name, args.value)
     try:
+        if args.name in NOT_SETTINGS:  # Cache.reset stores counters too; not a setting here
+            raise ValueError(f"{args.name!r} is a counter the cache keeps, not a setting")
         if args.name == "size_limit" and len(shards) > 1:
             total = validate_setting(args.name, value)
             for shard, share in zip(shards, split_evenly(total, len(shards))):

@@ -373,11 +373,11 @@ class ReadOnlyReader:
 class FetchedRows:
     """The rows of a statement already run, with the cursor methods that readers use."""
 
-    __slots__ = ("_rows",)
-    rowcount = -1
+    __slots__ = ("_rows", "rowcount")
 
-    def __init__(self, rows: list[Any]) -> None:
+    def __init__(self, rows: list[Any], rowcount: int = -1) -> None:
         self._rows = rows
+        self.rowcount = rowcount  # rows a write changed (-1: a read), as a cursor's
 
     def fetchone(self) -> Any:
         return self._rows[0] if self._rows else None

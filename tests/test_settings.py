@@ -97,6 +97,37 @@ def test_reset_reloads_value_changed_by_another_instance(make_cache):
     assert first.size_limit == 4242
 
 
+def test_counters_can_be_stored_and_fix_recounts_them(tmp_path):
+    """python-diskcache's ``reset`` stores a counter too (its test_check uses it to break one)."""
+    cache = dc.Cache(tmp_path)
+    for n in range(5):
+        cache[n] = n
+    assert cache.reset('count', 0) == 0 and len(cache) == 0 and cache.count == 0
+    assert cache.reset('hits', 7) == 7 and cache.hits == 7 and cache.reset('hits') == 7
+    cache.check(fix=True)
+    assert len(cache) == 5 and cache.reset('count') == 5
+    for bad, error in ((True, TypeError), (1.5, TypeError), ('3', TypeError), (-1, ValueError)):
+        with pytest.raises(error, match="counter 'size'"):
+            cache.reset('size', bad)
+    cache.close()
+
+
+def test_sql_runs_a_statement_that_every_memory_tier_sees(tmp_path):
+    """``_sql`` (python-diskcache's private escape hatch): a write through it commits, and the
+    memory tier of another Cache that holds the old value drops it."""
+    reader = dc.Cache(tmp_path)
+    writer = dc.Cache(tmp_path)
+    writer['key'] = 'old'
+    assert reader['key'] == 'old' and reader['key'] == 'old'  # the second from its memory tier
+    changed = writer._sql("UPDATE Cache SET value = 'new' WHERE key = 'key'")
+    assert changed.rowcount == 1
+    assert reader['key'] == 'new'
+    assert writer._sql('SELECT COUNT(*) FROM Cache').fetchone() == (1,)
+    assert list(writer._sql('SELECT key FROM Cache WHERE key = ?', ('key',))) == [('key',)]
+    reader.close()
+    writer.close()
+
+
 def test_disk_min_file_size_decides_inline_or_file(make_store):
     from store_helpers import value_files
 
