@@ -26,7 +26,7 @@ from ._errors import DiskCacheError, RemoteUnsupportedError
 from ._listener import ListenerThread, listener_for, release_listener
 from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
 from ._remote import RemoteStore, decode_item, decode_key, encode_item, encode_key, stamp_hash
-from ._remotewords import RemoteWords
+from ._remotewords import LEASE_AHEAD, RemoteWords
 from ._settings import REMOTE_DEFAULTS
 from ._store import MIN_WRITE_CHARGE, Store
 
@@ -98,7 +98,7 @@ class RemoteTier:
             if entry is not None and self._stamps[entry.word] == entry.tag:
                 now = time.time()
                 expires = entry.expire_time
-                if self._lease[0] > now and (expires is None or expires > now):
+                if 0.0 < self._lease[0] - now <= LEASE_AHEAD and (expires is None or expires > now):
                     memory.hits += 1
                     try:
                         memory.entries.move_to_end(map_key)
@@ -126,7 +126,7 @@ class RemoteTier:
         if memory is not None:
             memory.misses += 1
         now = time.time()
-        if not tag and self._lease[0] > now:
+        if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
             found = self._local_copy(db_key, raw, index, read, now)
             if found is not None:
                 value, expires = found

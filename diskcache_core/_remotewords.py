@@ -13,6 +13,9 @@ every process of the directory, holds one 64-bit stamp per bucket of Redis names
 - The lease (a time, as a double) is until when the listener vouches that it hears every change:
   it renews it a few times per LEASE while its connections are healthy, and lets it lapse — or
   clears it — otherwise. No copy is served while the lease has lapsed; reads then go to Redis.
+  A lease is never set more than LEASE ahead, so one further ahead than that (the wall clock
+  was set back since it was renewed) is not valid either: a listener that died just before the
+  clock went back cannot vouch for the time the clock repeats.
 
 Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory.py.
 """
@@ -29,7 +32,7 @@ import zlib
 
 from ._errors import DatabaseError, storage_error
 
-__all__ = ["LEASE", "RemoteWords", "REMOTE_FILE"]
+__all__ = ["LEASE", "LEASE_AHEAD", "RemoteWords", "REMOTE_FILE"]
 
 REMOTE_FILE = "cache.db-remote"
 BUCKETS = 1 << 16
@@ -38,6 +41,7 @@ _MAGIC = 0x31524D5243434B44  # "DKCCRMR1"
 _HEADER_WORDS = 8  # magic, lease (double), listener pid, prefix, reserved
 _SIZE = 8 * (_HEADER_WORDS + BUCKETS)
 LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
+LEASE_AHEAD = 2 * LEASE  # the furthest ahead a valid lease is (LEASE, and room for rounding)
 
 _random = random.Random(os.urandom(32))
 
@@ -97,7 +101,7 @@ class RemoteWords:
             words[_HEADER_WORDS + offset] = (fresh[offset] >> 1) | 1
 
     def lease_valid(self) -> bool:
-        return bool(self.lease[0] > time.time())
+        return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
 
     def set_lease(self, until: float) -> None:
         self.lease[0] = until

@@ -864,3 +864,34 @@ def test_the_listener_listens_on_descriptors_past_1024(tmp_path, url, prefix):
         for fd in [*held, filler]:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_lease_further_ahead_than_one_renewal_serves_no_copy(tmp_path, url, prefix, monkeypatch):
+    """The wall clock set back after the listener's last renewal (as by an NTP step): the lease
+    then looks far ahead, and must not vouch for copies (a listener that died just before
+    could not renew it, and copies would be served for as long as the step)."""
+    import types
+
+    from diskcache_core import _remotetier
+
+    cache = Cache(str(tmp_path), remote=url, remote_prefix=prefix)
+    try:
+        cache.set("k", "v")
+        eventually(lambda: cache._remote._words.lease_valid())
+        assert cache.get("k") == "v"
+        below: list[object] = []
+        copies: list[object] = []
+        tier = cache._remote
+        get_below, local_copy = tier._get_below_memory, tier._local_copy
+        monkeypatch.setattr(
+            tier, "_get_below_memory", lambda *a: (below.append(a), get_below(*a))[1]
+        )
+        monkeypatch.setattr(tier, "_local_copy", lambda *a: (copies.append(a), local_copy(*a))[1])
+        assert cache.get("k") == "v" and not below  # a copy, served on the lease
+        real = time.time
+        set_back = types.SimpleNamespace(**{**vars(time), "time": lambda: real() - 3600.0})
+        monkeypatch.setattr(_remotetier, "time", set_back)
+        assert cache.get("k") == "v"  # from Redis
+        assert below and not copies, "a copy was served on a lease an hour ahead"
+    finally:
+        cache.close()
