@@ -30,6 +30,17 @@ def _write_from_another_process(directory: Path, key: str, value: int) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def _let_the_child_finish(directory: Path, pid: int, to_child: int, fds: tuple[int, ...]) -> None:
+    """Once the parent closed: another process writes k = 5, then the child goes on, and must
+    exit 0 (it read what it should)."""
+    _write_from_another_process(directory, "k", 5)
+    os.write(to_child, b"g")
+    _, status = os.waitpid(pid, 0)
+    for fd in fds:
+        os.close(fd)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child read stale values"
+
+
 @pytest.mark.parametrize("memory", [True, False])
 def test_child_sees_and_keeps_writes_after_the_parent_closes(tmp_path: Path, memory: bool) -> None:
     settings = {} if memory else {"memory_size_limit": 0}
@@ -55,12 +66,8 @@ def test_child_sees_and_keeps_writes_after_the_parent_closes(tmp_path: Path, mem
             os._exit(status)
     os.read(to_parent_r, 1)
     cache.close()  # the parent's last connection: SQLite may checkpoint and remove the WAL
-    _write_from_another_process(tmp_path, "k", 5)
-    os.write(to_child_w, b"g")
-    _, status = os.waitpid(pid, 0)
-    for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
-        os.close(fd)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child read stale values"
+    fds = (to_child_r, to_child_w, to_parent_r, to_parent_w)
+    _let_the_child_finish(tmp_path, pid, to_child_w, fds)
     with dc.Cache(tmp_path, memory_size_limit=0) as again:
         assert again.get("from-child") == 99  # the child's write was not lost
         assert again.get("k") == 5
@@ -134,10 +141,6 @@ def test_child_keeps_writes_when_another_thread_had_a_connection_open(
     if worker is not None:
         worker.join(120)
     cache.close()
-    _write_from_another_process(tmp_path, "k", 5)
-    os.write(to_child_w, b"g")
-    _, status = os.waitpid(pid, 0)
-    for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
-        os.close(fd)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child read stale values"
+    fds = (to_child_r, to_child_w, to_parent_r, to_parent_w)
+    _let_the_child_finish(tmp_path, pid, to_child_w, fds)
     assert _count_from_another_process(tmp_path, "late", 20) == 20, "the child's writes were lost"
