@@ -377,7 +377,8 @@ class Cache(CacheBase, AsyncCacheMixin):
                 return shape(default, None, None, expire_time, tag)
             rowid, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             value = ENOVAL
-            if db_expire is None or db_expire > now:
+            expiry = sql.expiry_of(db_expire)
+            if expiry is None or expiry > now:
                 try:
                     value = self._queues.fetch_row(mode, filename, db_value, size)
                 except FileNotFoundError:

@@ -338,8 +338,11 @@ class MemoryTier:
     ) -> None:
         """After the SELECT found the item: keep it under the fill's version. An immutable value
         is kept as it is; another one inline in the database as its serialized form (decoded
-        afresh on each hit); one from a value file is not kept."""
-        if fill.version is not None:
+        afresh on each hit); one from a value file is not kept, nor one whose expiry is not a
+        number (a row written by hand: SQL compares it as SQLite does, Python could not)."""
+        if fill.version is not None and (
+            expire_time is None or type(expire_time) is float or type(expire_time) is int
+        ):
             if type(value) in IMMUTABLE_TYPES:
                 self.store(fill.map_key, value, None, fill.word, fill.version, expire_time, db_key, raw)
                 return

@@ -98,7 +98,8 @@ class Queues:
             if not rows:
                 return shape(default, None, None, expire_time, tag)
             rowid, db_key, _, db_expire, db_tag, mode, filename, db_value, size = rows[0]
-            live = db_expire is None or db_expire >= now
+            expiry = sql.expiry_of(db_expire)  # db_expire itself names the row below
+            live = expiry is None or expiry >= now
             if live:
                 try:
                     value = self.fetch_row(mode, filename, db_value, size)
@@ -146,7 +147,8 @@ class Queues:
             if not rows:
                 return None
             rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value, size = rows[0]
-            if db_expire is not None and db_expire < now:
+            expiry = sql.expiry_of(db_expire)  # db_expire itself names the row below
+            if expiry is not None and expiry < now:
                 self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:

@@ -22,6 +22,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Policy",
     "create_or_migrate",
+    "expiry_of",
 ]
 
 DBNAME = "cache.db"
@@ -152,6 +153,13 @@ def delete_by_policy(name: str) -> str | None:
 # --- statements on the hot path ---------------------------------------------------------------
 
 NOT_EXPIRED = "(expire_time IS NULL OR expire_time > ?)"
+
+
+def expiry_of(stored: Any) -> Any:
+    """A row's expiry as Python may compare it with a time: the number, or None. SQLite sorts a
+    text or blob expiry (only ever written by hand) after every number, so in SQL it never
+    expires; None says the same here, where comparing it would raise TypeError."""
+    return stored if stored is None or type(stored) is float or type(stored) is int else None
 
 # A get selects only what it returns (each column costs): the value; with the memory tier on,
 # its expiry too (kept with it in memory); for get(expire_time=..., tag=...), the tag as well.
@@ -466,9 +474,12 @@ VERSION_FUNCTION = "diskcache_core_item_changed"
 VERSION_TRIGGERS = (
     "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_insert AFTER INSERT ON main.Cache"
     f" BEGIN SELECT {VERSION_FUNCTION}(NEW.key); END",
+    # Every column a read's answer depends on (the size too: a value file must have that size).
+    # Only a statement written by hand (``_sql``) changes a key: both keys' buckets then move.
     "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_update AFTER UPDATE OF"
-    " expire_time, mode, filename, value ON main.Cache BEGIN"
-    f" SELECT {VERSION_FUNCTION}(NEW.key); END",
+    " key, raw, expire_time, mode, filename, value, size ON main.Cache BEGIN"
+    f" SELECT {VERSION_FUNCTION}(NEW.key);"
+    f" SELECT {VERSION_FUNCTION}(OLD.key) WHERE OLD.key IS NOT NEW.key; END",
     "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_delete AFTER DELETE ON main.Cache"
     f" BEGIN SELECT {VERSION_FUNCTION}(OLD.key); END",
 )

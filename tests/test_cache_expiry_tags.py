@@ -9,6 +9,8 @@ from unittest import mock
 import pytest
 from store_helpers import value_files
 
+import diskcache_core
+
 BIG = 300_000
 SHORT = 0.2  # seconds: expiry used with a sleep of PAST
 PAST = 0.35
@@ -300,3 +302,22 @@ def test_clear_includes_expired_items(cache):
     time.sleep(PAST)
     assert cache.clear() == 2
     assert len(cache) == 0
+
+
+@pytest.mark.parametrize('stored', ["'2100-01-01'", "x'00'"])
+def test_an_expiry_that_is_not_a_number_never_expires_and_raises_nothing(tmp_path, stored):
+    """A row whose expiry was written by hand as text or a blob: SQLite sorts it after every
+    number, so SQL reads it as never expiring; the reads that compare it in Python (a memory-tier
+    fill, pop, pull, peek) must agree, not raise TypeError."""
+    cache = diskcache_core.Cache(tmp_path)
+    cache.set('k', 'v')
+    cache.set('p', 'w')
+    cache.push('q1', prefix='q')
+    cache.push('q2', prefix='q')
+    cache._sql(f'UPDATE Cache SET expire_time = {stored}')
+    assert [cache.get('k') for _ in range(3)] == ['v', 'v', 'v']  # the second from the tier
+    assert 'k' in cache and cache.pop('p') == 'w'
+    assert cache.peek(prefix='q') == cache.pull(prefix='q')
+    assert cache.pull(prefix='q')[1] == 'q2'
+    assert cache.expire() == 0 and len(cache) == 1
+    cache.close()

@@ -392,3 +392,21 @@ def test_a_python_diskcache_directory_opens_whatever_it_stored(tmp_path):
         assert (peer.cull_limit, peer.statistics, peer.size_limit) == (-1, 2, 1.5e9 + 0.5)
         assert peer.my_app_version == 3
         assert peer.get('other') == 1
+
+
+def test_sql_changing_a_size_or_a_key_is_seen_by_other_memory_tiers(tmp_path):
+    """What a read answers depends on the row's size (a value file must have it) and key: a
+    change of either through ``_sql`` must reach the other Cache's memory tier."""
+    reader = dc.Cache(tmp_path)
+    writer = dc.Cache(tmp_path, memory_size_limit=0)
+    reader['a'] = 1
+    reader['f'] = b'F' * 40_000  # a value file
+    for _ in range(3):
+        assert (reader.get('a'), reader.get('b'), reader.get('f')) == (1, None, b'F' * 40_000)
+    writer._sql("UPDATE Cache SET size = size + 1 WHERE key = 'f'")
+    writer._sql("UPDATE Cache SET key = 'b' WHERE key = 'a'")
+    assert (reader.get('a'), reader.get('b'), reader.get('f')) == (
+        writer.get('a'), writer.get('b'), writer.get('f')
+    ) == (None, 1, None)
+    reader.close()
+    writer.close()
