@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._disk import Disk
     from ._store import Store
 
-__all__ = ["check_cache"]
+__all__ = ["check_cache", "check_layout_leftovers"]
 
 _FILE_ATTRIBUTE_DIRECTORY = 0x10  # Windows: a link to a directory is removed with rmdir
 
@@ -98,6 +98,30 @@ def check_cache(
                 if fix:
                     state.execute(sql.STORE_COUNT, (actual_count,))
     return found
+
+
+def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMessage]:
+    """Report (and with `fix` remove) the temporary layout files a FanoutCache opener killed
+    before it linked its layout into place left in the top directory `directory`."""
+    with warnings.catch_warnings(record=True) as found:
+        warnings.simplefilter("always")
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            names = []
+        for name in names:
+            if not (name.startswith(sql.LAYOUT_TEMP_PREFIX) and name.endswith(".tmp")):
+                continue
+            full_path = op.join(directory, name)
+            try:
+                if not stat.S_ISREG(os.lstat(full_path).st_mode):
+                    continue
+                warnings.warn(f"unknown file: {full_path}", UnknownFileWarning, stacklevel=2)
+                if fix:
+                    os.unlink(full_path)
+            except FileNotFoundError:
+                continue
+    return list(found)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 from ._arguments import check_text, check_time, check_timeout, shape
 from ._async import AsyncDataMixin, run_sync
 from ._cache import Cache
+from ._check import check_layout_leftovers
 from ._directories import open_cache_directory
 from ._disk import ENOVAL, Disk, check_disk_class
 from ._errors import Timeout
@@ -364,8 +365,10 @@ class FanoutCache(AsyncDataMixin):
         return self._each_until_done("clear", retry=retry)
 
     def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
-        """Check every shard (see ``Cache.check``); return all warnings."""
-        return [warning for shard in self._shards for warning in shard.check(fix, retry)]
+        """Check every shard (see ``Cache.check``) and the top directory (layout files an opener
+        killed mid-write left); return all warnings."""
+        found = check_layout_leftovers(self._directory, fix)
+        return found + [warning for shard in self._shards for warning in shard.check(fix, retry)]
 
     def create_tag_index(self) -> None:
         """Create the tag index on every shard."""

@@ -27,7 +27,7 @@ from typing import Any
 from ._arguments import check_text
 from ._disk import Disk
 from ._errors import storage_error
-from ._schema import LAYOUT_FILE
+from ._schema import LAYOUT_FILE, LAYOUT_TEMP_PREFIX
 
 __all__ = [
     "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
@@ -194,7 +194,7 @@ def _read_layout_file(path: str) -> bytes:
 
 def _record_layout(path: str, layout: dict[str, Any]) -> bool:
     """Write the layout file at `path` unless it exists; False when another opener's is there."""
-    fd, temp = tempfile.mkstemp(dir=op.dirname(path), prefix=".fanout-", suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=op.dirname(path), prefix=LAYOUT_TEMP_PREFIX, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(layout, handle)

@@ -27,6 +27,7 @@ __all__ = [
 
 DBNAME = "cache.db"
 LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
+LAYOUT_TEMP_PREFIX = ".fanout-"  # the layout file being written (then linked as LAYOUT_FILE)
 # 2: size triggers named as python-diskcache's; our disk options renamed. 3: the item count is
 # kept in Settings by triggers (python-diskcache's names), and len() reads it.
 SCHEMA_VERSION = 3

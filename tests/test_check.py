@@ -166,3 +166,28 @@ def test_damage_anywhere_raises_the_librarys_error_and_never_a_full_disk(tmp_pat
     assert failures  # the damage was met
     assert not [exc for exc in failures if isinstance(exc, dc.DiskFullError)]
     assert all(isinstance(exc, dc.DatabaseError) for exc in failures)
+
+
+def test_a_layout_file_left_by_a_killed_fanout_opener_is_reported_and_removed(tmp_path):
+    """An opener killed between writing its temporary layout file and linking it into place
+    (the kill is simulated: os.link never returns) leaves that file; check reports it and
+    check(fix=True) removes it."""
+    import subprocess
+    import sys
+
+    killed = (
+        "import os, signal, sys\n"
+        "os.link = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "import diskcache_core as dc\n"
+        "dc.FanoutCache(sys.argv[1], shards=4)\n"
+    )
+    done = subprocess.run([sys.executable, '-c', killed, str(tmp_path)], timeout=120)
+    assert done.returncode == -9
+    left = [name for name in os.listdir(tmp_path) if name.endswith('.tmp')]
+    assert len(left) == 1
+    with dc.FanoutCache(tmp_path, shards=4) as cache:
+        cache.set('k', 'v')
+        assert [str(w.message) for w in cache.check()] == [f'unknown file: {tmp_path / left[0]}']
+        assert len(cache.check(fix=True)) == 1
+        assert cache.check() == [] and cache.get('k') == 'v'
+    assert not [name for name in os.listdir(tmp_path) if name.endswith('.tmp')]
