@@ -100,12 +100,28 @@ def test_a_shared_lock_object_keeps_each_threads_hold_apart(cache):
     """One Lock object used by several threads (as ``barrier`` uses one): a thread whose hold
     ended (expired; removed here as expiry would) cannot release the next holder's lock."""
     lock = Lock(cache, 'lock')
-    assert in_thread(lock.acquire, False) == ('ok', True)  # a thread takes it and keeps it
+    taken, taken_over = threading.Event(), threading.Event()
+    late_release = []
+
+    def old_holder():
+        assert lock.acquire(blocking=False)
+        taken.set()
+        taken_over.wait(30)
+        try:
+            lock.release()  # its hold ended: this must not release the new holder's lock
+            late_release.append('released')
+        except RuntimeError:
+            late_release.append('refused')
+
+    thread = threading.Thread(target=old_holder)
+    thread.start()
+    assert taken.wait(30)
     cache.delete('lock')  # its hold expires
     assert lock.acquire(blocking=False)  # this thread takes the lock through the same object
-    kind, error = in_thread(lock.release)  # the old holder's late release fails
-    assert kind == 'error' and isinstance(error, RuntimeError), error
-    assert lock.locked()  # did not remove this thread's lock
+    taken_over.set()
+    thread.join(30)
+    assert late_release == ['refused']
+    assert lock.locked()  # the late release did not remove this thread's lock
     lock.release()
     assert not lock.locked()
 
