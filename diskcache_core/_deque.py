@@ -32,6 +32,8 @@ def _check_maxlen(maxlen: Any) -> float:
     """maxlen as stored: a non-negative int, or infinity for None (python-diskcache's value)."""
     if maxlen is None or maxlen == _INFINITY:
         return _INFINITY
+    if type(maxlen) is float and maxlen.is_integer():
+        maxlen = int(maxlen)  # a whole float, as python-diskcache takes it
     try:
         number = operator.index(maxlen)
     except TypeError:
@@ -279,7 +281,8 @@ class Deque(Sequence[T]):
         start = operator.index(start)
         start = max(start + size, 0) if start < 0 else start
         stop = size if stop is None else operator.index(stop)
-        stop = max(stop + size, 0) if stop < 0 else stop
+        stop = max(stop + size, 0) if stop < 0 else min(stop, size)  # as list.index clamps it
+        start = min(start, size)
         for position, item in enumerate(islice(self, start, max(start, stop)), start):
             if item == value:
                 return position

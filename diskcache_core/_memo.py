@@ -64,9 +64,9 @@ S = TypeVar("S")
 class Memoized(Protocol[P, R_co]):
     """A memoized function: called like the original, plus ``__cache_key__`` and ``__wrapped__``."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+    def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
 
-    def __cache_key__(self, *args: P.args, **kwargs: P.kwargs) -> str:
+    def __cache_key__(self, /, *args: P.args, **kwargs: P.kwargs) -> str:
         """The cache key the call with these arguments reads and writes."""
         ...
 
@@ -92,8 +92,20 @@ class MemoizeDecorator(Protocol):
 # --- keys --------------------------------------------------------------------------------------
 
 _PICKLE_PROTOCOL = 4  # fixed, not the interpreter's default: keys must not change with Python
-# A JSON string literal in ASCII: lone surrogates in a str cannot break the UTF-8 the database wants.
-_quote: Callable[[str], str] = encode_basestring_ascii
+
+
+def _quote(value: str) -> str:
+    """`value` as a JSON string literal in ASCII (so lone surrogates cannot break the UTF-8 the
+    database wants). A str holding surrogates is tagged with its code units instead: in JSON,
+    the pair ``\\ud83d\\ude00`` and the one character it stands for would read the same."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return '{"str":"' + value.encode("utf-8", "surrogatepass").hex() + '"}'
+    return encode_basestring_ascii(value)
+
+
 _INT64 = 2**63
 _SPECIAL_FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
@@ -218,7 +230,7 @@ class _Memo:
         self.tag = tag
         self.should_cache = should_cache
 
-    def cache_key(self, *args: Any, **kwargs: Any) -> str:
+    def cache_key(self, /, *args: Any, **kwargs: Any) -> str:
         """The cache key for a call with these arguments."""
         if self.key is not None:
             # Namespaced by the function's name, so two functions sharing a key function

@@ -317,8 +317,11 @@ class BoundedSemaphore:
     def __init__(
         self, cache: Any, key: Any, value: int = 1, expire: float | None = None, tag: Any = None
     ) -> None:
-        if type(value) is not int or value < 1:
-            raise ValueError(f"semaphore value must be an int >= 1, not {value!r}")
+        if type(value) is float and value.is_integer():
+            value = int(value)  # a whole float, as python-diskcache takes it
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"semaphore value must be an int >= 0, not {value!r}")
+        value = int(value)
         self._cache = cache
         self._key = key
         self._value = value

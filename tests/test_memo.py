@@ -678,3 +678,38 @@ def test_an_argument_that_holds_itself_is_a_key_too(cache):
     other = {"a": 1}
     other["self"] = other
     assert size(other) == 2 and len(calls) == 2
+
+
+def test_a_character_and_the_surrogates_that_spell_it_are_different_keys(cache):
+    """In JSON, an astral character and the pair of lone surrogates that encode it read the
+    same; as memoize keys they must not (python-diskcache keys them apart)."""
+    calls = []
+
+    @cache.memoize()
+    def length(text):
+        calls.append(text)
+        return len(text)
+
+    @cache.memoize()
+    def inner_length(texts):
+        calls.append(texts)
+        return len(texts[0])
+
+    assert length('\U0001F600') == 1
+    assert length('\ud83d\ude00') == 2
+    assert inner_length(('\ud83d\ude00',)) == 2 and inner_length(('\U0001F600',)) == 1
+    assert len(calls) == 4
+
+
+def test_a_keyword_argument_named_self_is_passed_through(cache):
+    @cache.memoize()
+    def echo(**kwargs):
+        return kwargs
+
+    @cache.memoize()
+    def double(self, x):  # a method, as called through its class
+        return 2 * x * self
+
+    assert echo(self=3) == {'self': 3} and echo(self=3) == {'self': 3}
+    assert double(self=1, x=21) == 42 and double(self=1, x=21) == 42
+    assert echo.__cache_key__(self=3) == echo.__cache_key__(self=3)

@@ -433,6 +433,12 @@ def test_deque_bad_maxlen(directory, deque, maxlen, error):
     assert deque.maxlen == INF
 
 
+def test_deque_maxlen_may_be_a_whole_float(directory):
+    # python-diskcache takes one (collections.deque does not).
+    deque = Deque(range(6), directory=directory, maxlen=3.0)
+    assert list(deque) == [3, 4, 5] and deque.maxlen == 3
+
+
 def test_deque_maxlen_infinity_means_unbounded(directory):
     # python-diskcache reports an unbounded maxlen as inf; passing it back must work.
     assert Deque(directory=directory, maxlen=INF).maxlen == INF
@@ -509,7 +515,8 @@ def test_deque_count_index_contains(deque):
     with pytest.raises(ValueError):
         deque.index(9)
     reference = [1, 2, 1, 3, 1]
-    for start, stop in [(-100, None), (3, 1), (0, -100), (10, 20), (-3, -1)]:
+    for start, stop in [(-100, None), (3, 1), (0, -100), (10, 20), (-3, -1), (0, 2**63),
+                        (2**64, 2**65), (-(2**64), 2**64)]:
         try:
             expected = reference.index(1, start, len(reference) if stop is None else stop)
         except ValueError:

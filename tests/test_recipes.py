@@ -296,8 +296,14 @@ def test_bounded_semaphore_counts(cache):
     semaphore.release()
     with pytest.raises(ValueError):
         semaphore.release()
-    with pytest.raises(ValueError):
-        BoundedSemaphore(cache, 'bad', value=0)
+    for bad in (-1, 1.5, True, '2'):
+        with pytest.raises(ValueError):
+            BoundedSemaphore(cache, 'bad', value=bad)
+    never = BoundedSemaphore(cache, 'none', value=0)  # as threading's: no slot at all
+    assert not never.acquire(blocking=False)
+    whole = BoundedSemaphore(cache, 'whole', value=2.0)  # as python-diskcache takes it
+    assert whole.acquire(blocking=False) and whole.acquire(blocking=False)
+    assert not whole.acquire(blocking=False)
 
 
 def test_bounded_semaphore_limits_concurrency_across_threads(cache):
