@@ -45,6 +45,8 @@ def make_private_dirs(path: str) -> None:
     missing = []
     while path and not op.isdir(path):
         if op.lexists(path):
+            if op.isdir(path):
+                break  # another opener made it between the two looks
             raise NotADirectoryError(f"{path!r} is not a directory: cannot make a directory in it")
         missing.append(path)
         parent = op.dirname(path)

@@ -555,3 +555,27 @@ def test_memory_tier_bounds_are_totals_split_over_shards(tmp_path):
     cache.close()
     default = FanoutCache(str(tmp_path / 'd'), shards=8)
     assert default.memory_size_limit == diskcache_core.Cache(str(tmp_path / 'e')).memory_size_limit
+
+
+def test_a_directory_another_opener_makes_between_two_looks_is_used(tmp_path, monkeypatch):
+    """make_private_dirs looks whether a level is a directory, then whether anything is there:
+    a directory another opener made between the two looks is not "not a directory" (this
+    failed the concurrent first opens above now and then)."""
+    import os.path
+
+    from diskcache_core import _directories
+
+    made = tmp_path / 'c' / '000'
+    made.mkdir(parents=True)
+    real = os.path.isdir
+    first = []
+
+    def isdir_before_it_was_made(path):
+        if os.fspath(path) == str(made) and not first:
+            first.append(path)
+            return False  # the first look: not made yet
+        return real(path)
+
+    monkeypatch.setattr(_directories.op, 'isdir', isdir_before_it_was_made)
+    _directories.make_private_dirs(str(made))
+    assert first and made.is_dir()
