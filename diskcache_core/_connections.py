@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import sqlite3
 import stat
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Callable, Iterator
