@@ -10,7 +10,6 @@ call on to one of them: settings, statistics, bulk removals, queues, check, clos
 
 from __future__ import annotations
 
-import operator
 import os
 import os.path as op
 import warnings
@@ -36,6 +35,7 @@ from ._settings import (
     usable_stored_settings,
     validate_setting,
     validate_settings,
+    whole_number,
 )
 from ._store import Store
 
@@ -192,14 +192,7 @@ class CacheBase:
     def _reset_counter(self, key: str, value: Any, update: bool) -> int:
         """Store a counter's value, as python-diskcache's ``reset`` does (``check(fix=True)``
         recounts ``count`` and ``size`` from the items)."""
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            number = operator.index(value)
-        except TypeError:
-            raise TypeError(f"counter {key!r} must be an int, not {type(value).__name__}") from None
-        if number < 0:
-            raise ValueError(f"counter {key!r} cannot be negative: {number}")
+        number = whole_number(key, value, what="counter")
         if update:
             self._store.write(sql.STORE_SETTING, (sql.row_name(key), number), retry=True)
         self._counters[key] = number

@@ -118,8 +118,8 @@ def _encode(value: Any) -> str:
     text is built directly: ``json.dumps`` with options builds a new encoder on every call.
     """
     kind = type(value)
-    if kind is str:
-        return _quote(value)
+    if kind is str:  # (_quote, inlined for the common ASCII argument)
+        return encode_basestring_ascii(value) if value.isascii() else _quote(value)
     if kind is int or kind is bool:
         return _encode_int(int(value))
     if value is None:

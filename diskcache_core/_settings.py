@@ -33,6 +33,7 @@ __all__ = [
     "usable_stored_settings",
     "validate_setting",
     "validate_settings",
+    "whole_number",
 ]
 
 T = TypeVar("T")
@@ -160,22 +161,29 @@ CODE_ONLY_SETTINGS = frozenset(
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _int(name: str, value: Any, minimum: int | None = 0, maximum: int | None = None) -> int:
-    # Integral floats (``size_limit=1e9``) and other integer types (numpy's) are the int they
-    # equal; bool is not a size.
+def whole_number(
+    name: str, value: Any, minimum: int | None = 0, maximum: int | None = None,
+    what: str = "setting",
+) -> int:
+    """`value` as an int within bounds; TypeError or ValueError naming the `what` `name`.
+
+    Integral floats (``size_limit=1e9``) and other integer types (numpy's) are the int they
+    equal; bool is not a size.
+    """
     if type(value) is float and value.is_integer():
         value = int(value)
     elif type(value) is not int:  # (a subclass of int included: made an int below)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             kind = type(value).__name__
-            raise TypeError(f"setting {name!r} must be an int, not {kind}: {value!r}")
+            raise TypeError(f"{what} {name!r} must be an int, not {kind}: {value!r}")
         value = int(value)
     number: int = value
     if minimum is not None and number < minimum:
-        raise ValueError(f"setting {name!r} must be >= {minimum}, got {number}")
+        raise ValueError(f"{what} {name!r} must be >= {minimum}, got {number}")
     if maximum is not None and number > maximum:
-        raise ValueError(f"setting {name!r} must be <= {maximum}, got {number}")
+        raise ValueError(f"{what} {name!r} must be <= {maximum}, got {number}")
     return number
+
 
 
 def _flag(name: str, value: Any) -> int:
@@ -186,7 +194,7 @@ def _flag(name: str, value: Any) -> int:
 
 def _protocol(name: str, value: Any) -> int:
     # As pickle takes it: a negative protocol means pickle.HIGHEST_PROTOCOL.
-    return _int(name, value, None, pickle.HIGHEST_PROTOCOL)
+    return whole_number(name, value, None, pickle.HIGHEST_PROTOCOL)
 
 
 def _policy(name: str, value: Any) -> str:
@@ -207,7 +215,7 @@ def _compressor(name: str, value: Any) -> str | None:
 
 
 def _optional_int(name: str, value: Any) -> int | None:
-    return None if value is None else _int(name, value, minimum=None)
+    return None if value is None else whole_number(name, value, minimum=None)
 
 
 def _remote_url(name: str, value: Any) -> str | None:
@@ -254,16 +262,16 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "statistics": _flag,
     "tag_index": _flag,
     "eviction_policy": _policy,
-    "size_limit": _int,
-    "cull_limit": _int,
+    "size_limit": whole_number,
+    "cull_limit": whole_number,
     "exact_size_limit": _flag,
-    "disk_min_file_size": _int,
+    "disk_min_file_size": whole_number,
     "disk_pickle_protocol": _protocol,
     "disk_compress": _compressor,
     "disk_compress_level": _optional_int,
-    "disk_compress_threshold": _int,
-    "memory_size_limit": _int,
-    "memory_item_limit": _int,
+    "disk_compress_threshold": whole_number,
+    "memory_size_limit": whole_number,
+    "memory_item_limit": whole_number,
     "read_only": _flag,
     "remote": _remote_url,
     "remote_prefix": _prefix,
@@ -273,7 +281,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-_INTEGERS = (_int, _protocol, _optional_int)
+_INTEGERS = (whole_number, _protocol, _optional_int)
 
 
 def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
