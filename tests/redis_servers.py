@@ -201,6 +201,11 @@ class RedisTestCluster:
                 raise RuntimeError(f"cluster node {number} did not start")
             self.ports.append(port)
             self.processes.append(process)
+        # Distinct config epochs before the nodes meet, as `redis-cli --cluster create` sets them: left
+        # to the collision resolution, a node may bump its epoch during a slot move and win the slot
+        # back in a third node's view for good (redis/redis#12336).
+        for epoch, port in enumerate(self.ports, start=1):
+            self.node(port).execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
         first = self.node(self.ports[0])
         for port in self.ports[1:]:
             first.execute_command("CLUSTER", "MEET", HOST, port)
@@ -290,10 +295,17 @@ class RedisTestCluster:
             if not keys:
                 break
             source.execute_command("MIGRATE", HOST, to_port, "", 0, 10000, "KEYS", *keys)
-        for port in self.ports:
+        # The order Redis documents: the target first (it takes a new config epoch), then the
+        # source, then the others.
+        others = [port for port in self.ports if port not in (to_port, source_port)]
+        for port in [to_port, source_port, *others]:
             self.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-        self._wait(lambda: all(
-            self._owner_seen_by(port, slot) == to_port for port in self.ports), "agree on a slot")
+        try:
+            self._wait(lambda: all(
+                self._owner_seen_by(port, slot) == to_port for port in self.ports), "agree on a slot")
+        except RuntimeError as error:
+            views = {port: self.node(port).execute_command("CLUSTER", "NODES") for port in self.ports}
+            raise RuntimeError(f"{error}: slot {slot} moved {source_port} -> {to_port}; {views}")
 
     def _owner_seen_by(self, port: int, slot: int) -> int:
         for entry in self.node(port).execute_command("CLUSTER", "SLOTS"):
