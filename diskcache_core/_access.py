@@ -20,21 +20,23 @@ from typing import Any, Protocol
 
 from ._schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
 
-__all__ = ["AccessLog", "FLUSH_INTERVAL", "schedule_flush"]
+__all__ = ["AccessLog", "FLUSH_INTERVAL", "NOT_PENDING", "schedule_flush"]
 
 FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
 _MAX_PENDING = 200_000  # keys kept when flushes keep failing; older LRU times are dropped
 
+NOT_PENDING = object()  # `AccessLog.stored`'s answer for a key that had nothing pending
 # A batch taken for writing: refreshed column values by (db_key, raw), hits, misses.
-Batch = tuple[dict[tuple[Any, Any], float], int, int]
+# (Under least-frequently-used a value is ``[reads, time of the first read]``.)
+Batch = tuple[dict[tuple[Any, Any], Any], int, int]
 
 
 class AccessLog:
     """One cache's not-yet-written reads and store-time refreshes in this process."""
 
     def __init__(self, policy: str, statistics: bool | int) -> None:
-        self.pending: dict[tuple[Any, Any], float] = {}
+        self.pending: dict[tuple[Any, Any], Any] = {}
         self.hits = 0
         self.misses = 0
         self.statistics = bool(statistics)
@@ -77,7 +79,11 @@ class AccessLog:
             elif self.read_column == "access_count":
                 key = (db_key, raw)
                 with self._lock:
-                    pending[key] = pending.get(key, 0) + 1
+                    counted = pending.get(key)
+                    if counted is None:
+                        pending[key] = [1, now]  # reads, and the time of the first
+                    else:
+                        counted[0] += 1
             elif self.read_column is not None:  # a user-added policy: its time of latest read
                 pending[(db_key, raw)] = now
         if self.statistics:
@@ -88,10 +94,22 @@ class AccessLog:
                     self.misses += 1
         return self._needs_schedule()
 
-    def stored(self, db_key: Any, raw: Any, now: float) -> bool:
-        """Note a write's store/access time; True when the cache must (re)schedule a flush."""
-        self.pending[(db_key, raw)] = now
-        return self._needs_schedule()
+    def stored(self, db_key: Any, raw: Any, now: float) -> tuple[Any, bool]:
+        """Note a write's store/access time; return what was pending for the key before
+        (`NOT_PENDING` if nothing: for `unstore`) and whether the cache must (re)schedule a
+        flush."""
+        key = (db_key, raw)
+        pending = self.pending
+        previous = pending.get(key, NOT_PENDING)
+        pending[key] = now
+        return previous, self._needs_schedule()
+
+    def unstore(self, db_key: Any, raw: Any, previous: Any) -> None:
+        """The write `stored` noted did not happen: put back what was pending before."""
+        if previous is NOT_PENDING:
+            self.pending.pop((db_key, raw), None)
+        else:
+            self.pending[(db_key, raw)] = previous
 
     def _needs_schedule(self) -> bool:
         if not self.scheduled:
@@ -136,7 +154,12 @@ class AccessLog:
                 if len(self.pending) >= _MAX_PENDING:
                     break
                 if self.column == "access_count":
-                    self.pending[key] = self.pending.get(key, 0) + value
+                    counted = self.pending.get(key)
+                    if counted is None:
+                        self.pending[key] = value
+                    else:
+                        counted[0] += value[0]
+                        counted[1] = min(counted[1], value[1])
                 else:
                     self.pending.setdefault(key, value)
             self.hits += hits
@@ -145,7 +168,14 @@ class AccessLog:
     def write(self, con: sqlite3.Connection, batch: Batch) -> None:
         """Write `batch` on `con`, inside the caller's write transaction."""
         pending, hits, misses = batch
-        if pending and self.column is not None:
+        if pending and self.column == "access_count":
+            # Only onto a row stored before the first of the reads: a key removed and stored
+            # anew meanwhile (by any process) starts from no reads, as python-diskcache's does.
+            con.executemany(
+                REFRESH_COLUMN["access_count"],
+                [(reads, key[0], key[1], first) for key, (reads, first) in pending.items()],
+            )
+        elif pending and self.column is not None:
             statement = self.custom_refresh or REFRESH_COLUMN[self.column]
             con.executemany(statement, [(value, key[0], key[1]) for key, value in pending.items()])
         if hits:

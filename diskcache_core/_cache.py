@@ -297,17 +297,28 @@ class Cache(CacheBase, AsyncCacheMixin):
         else:
             params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
+        evictor = self._evictor
+        # The policy's refresh (an overwrite's store time) is noted before the write, so that
+        # the size check the write may run sees this item as the newest, and undone if nothing
+        # is stored.
+        refresh = evictor.tracks_writes
+        before = evictor.note_write(db_key, raw, now) if refresh else None
         try:
             count, published = store.write(
                 statement, params, retry, filename,
                 charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
             )
-        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
-            if filename is not None:
-                store.forget_new_file(filename)
-            check_bindable("value", db_value)  # a str value with lone surrogates
+        except BaseException as exc:
+            if refresh:
+                evictor.undo_write(db_key, raw, before)
+            if isinstance(exc, (UnicodeEncodeError, OverflowError)):  # SQLite cannot bind it
+                if filename is not None:
+                    store.forget_new_file(filename)
+                check_bindable("value", db_value)  # a str value with lone surrogates
             raise
         if count != 1:  # add found a live item: nothing changed
+            if refresh:
+                evictor.undo_write(db_key, raw, before)
             if filename is not None:
                 store.forget_new_file(filename)
             return False
@@ -316,8 +327,6 @@ class Cache(CacheBase, AsyncCacheMixin):
             memory.after_write(
                 db_key, raw, published, value, db_value, mode, filename is not None, expires
             )
-        if self._evictor.tracks_writes:
-            self._evictor.note_write(db_key, raw, now)
         return True
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
@@ -341,12 +350,19 @@ class Cache(CacheBase, AsyncCacheMixin):
             check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
         if self._remote is not None:  # compare-and-set in Redis: atomic across hosts
             return self._remote.update(key, lambda current: current + delta, default)
-        value, db_key, raw = increment(
-            self._store, self._disk, self._native_numbers, key, delta, default, retry
-        )
-        if self._evictor.tracks_writes:
-            self._evictor.note_write(db_key, raw, time.time())
-        return value
+        stored_as = put_key(self._disk, key)
+        evictor = self._evictor
+        refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
+        before = evictor.note_write(*stored_as, time.time()) if refresh else None
+        try:
+            return increment(
+                self._store, self._disk, self._native_numbers, key, stored_as, delta, default,
+                retry,
+            )
+        except BaseException:
+            if refresh:
+                evictor.undo_write(*stored_as, before)
+            raise
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""

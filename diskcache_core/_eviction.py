@@ -81,10 +81,19 @@ class Evictor:
         if self.access.record(db_key, raw, hit, now):
             schedule_flush(self)
 
-    def note_write(self, db_key: Any, raw: Any, now: float) -> None:
-        """A set stored `db_key` (call only when `tracks_writes`)."""
-        if self.access.stored(db_key, raw, now):
+    def note_write(self, db_key: Any, raw: Any, now: float) -> Any:
+        """A write is about to store `db_key` (call only when `tracks_writes`, and before the
+        write: the size check the write may run must see the item as just stored, or it could
+        evict it). Returns what to hand `undo_write` if the write then stores nothing."""
+        previous, schedule = self.access.stored(db_key, raw, now)
+        if schedule:
             schedule_flush(self)
+        return previous
+
+    def undo_write(self, db_key: Any, raw: Any, previous: Any) -> None:
+        """The write `note_write` announced stored nothing (it failed, or add found a live
+        item): what was pending for the key before stands."""
+        self.access.unstore(db_key, raw, previous)
 
     def note_removed(self, db_key: Any, raw: Any) -> None:
         """`db_key` was removed: nothing to refresh for it any more."""

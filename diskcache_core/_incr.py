@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from . import _schema as sql
-from ._arguments import put_key
 from ._connections import NO_VALUE
 from ._disk import Disk
 from ._store import MIN_WRITE_CHARGE, Store
@@ -39,11 +38,13 @@ def check_delta(name: str, delta: Any, default: Any) -> None:
 
 
 def increment(
-    store: Store, disk: Disk, native: bool, key: Any, delta: Any, default: Any, retry: bool
-) -> tuple[Any, Any, Any]:
+    store: Store, disk: Disk, native: bool, key: Any, stored_as: tuple[Any, Any], delta: Any,
+    default: Any, retry: bool,
+) -> Any:
     """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
-    None); return ``(new value, db_key, raw)``. `native`: the Disk stores numbers natively."""
-    db_key, raw = put_key(disk, key)
+    None); return the new value. `stored_as`: the key's ``(db_key, raw)``; `native`: the Disk
+    stores numbers natively."""
+    db_key, raw = stored_as
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
         now = time.time()
@@ -61,13 +62,13 @@ def increment(
             statement, params = sql.INCR_UPSERT, (delta, now, db_key, raw, start)
         rowcount, value = store.write_capturing(statement, params, retry, MIN_WRITE_CHARGE)
         if rowcount == 1:
-            return (start if value is NO_VALUE else value), db_key, raw
+            return start if value is NO_VALUE else value
     return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
 
 
 def _increment_in_python(
     store: Store, disk: Disk, key: Any, db_key: Any, raw: Any, delta: Any, default: Any, retry: bool
-) -> tuple[Any, Any, Any]:
+) -> Any:
     # Any Disk, any number type: read, add in Python, write back, in one transaction.
     with store.transaction(retry) as state:
         now = time.time()
@@ -80,7 +81,7 @@ def _increment_in_python(
             if filename is not None:
                 state.created.append(filename)
             state.execute(sql.UPSERT, (db_key, raw, now, None, None, size, mode, filename, db_value))
-            return value, db_key, raw
+            return value
         rowid, _, mode, filename, db_value = row
         current = disk.fetch(mode, filename, db_value, False)
         if not isinstance(current, numbers.Number):
@@ -93,4 +94,4 @@ def _increment_in_python(
         if new_file is not None:
             state.created.append(new_file)
         state.execute(sql.UPDATE_VALUE, (now, size, mode, new_file, db_value, rowid))
-        return value, db_key, raw
+        return value

@@ -362,7 +362,10 @@ REFRESH_COLUMN = {
     "access_time": (
         "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
     ),
-    "access_count": "UPDATE Cache SET access_count = access_count + ?1 WHERE key = ?2 AND raw = ?3",
+    "access_count": (
+        "UPDATE Cache SET access_count = access_count + ?1"
+        " WHERE key = ?2 AND raw = ?3 AND store_time <= ?4"
+    ),
 }
 
 

@@ -360,3 +360,64 @@ def test_small_items_at_the_limit_are_culled_an_interval_at_a_time(tmp_path):
     assert still_over <= 5
     assert len(cache) > 2500  # evicted about what was over, not everything
     cache.close()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("policy", ["least-recently-stored", "least-recently-used"])
+def test_a_write_that_crosses_the_limit_never_evicts_its_own_item(make_store, policy, exact):
+    # The oldest item is overwritten and that very write takes the cache over its limit: the
+    # size check the write runs must see the item as just stored.
+    cache = make_store(
+        eviction_policy=policy, size_limit=300_000, cull_limit=2, exact_size_limit=exact
+    )
+    cache.set("first", b"small")
+    for number in range(6):
+        cache.set(number, b"x" * 40_000)
+    assert cache.set("first", b"y" * 80_000) is True
+    assert cache.get("first") == b"y" * 80_000
+    assert cache.volume() <= 300_000 + (0 if exact else cache._store.check_every)
+    assert 0 not in cache  # the oldest other item went instead
+
+
+def test_an_add_that_stores_nothing_does_not_refresh_the_item(make_store):
+    cache = make_store(size_limit=200_000, exact_size_limit=True, cull_limit=1)
+    cache.set("old", b"a" * 40_000)
+    for number in range(3):
+        cache.set(number, b"x" * 40_000)
+    assert cache.add("old", b"b" * 40_000) is False  # a live item: nothing stored
+    cache.set("new", b"y" * 60_000)  # over the limit: the oldest goes, and "old" is the oldest
+    assert "old" not in cache and "new" in cache
+
+
+@pytest.mark.parametrize("removal", ["evict", "clear", "expire", "pull", "other-cache"])
+def test_lfu_reads_of_a_removed_item_do_not_count_for_a_new_one(make_store, removal):
+    cache = make_store(eviction_policy="least-frequently-used")
+    if removal == "pull":
+        key = cache.push("read often")
+    else:
+        key = "item"
+        cache.set(key, "read often", tag="t", expire=3600 if removal != "expire" else 0.05)
+    for _ in range(50):
+        assert cache.get(key) is not None
+    if removal == "evict":
+        assert cache.evict("t") == 1
+    elif removal == "clear":
+        assert cache.clear() == 1
+    elif removal == "expire":
+        time.sleep(0.1)
+        assert cache.expire() == 1
+    elif removal == "pull":
+        assert cache.pull() == (key, "read often")
+    else:  # another Cache object (another process would do the same) removes it
+        other = dc.Cache(cache.directory)
+        assert other.delete(key) is True
+        other.close()
+    time.sleep(0.01)
+    cache.set(key, "never read")
+    cache.flush_access_log()
+    rows = cache._sql("SELECT access_count FROM Cache WHERE key = ?", (key,)).fetchall()
+    assert rows == [(0,)]
+    # Reads of the new item count as before.
+    cache.get(key)
+    cache.flush_access_log()
+    assert cache._sql("SELECT access_count FROM Cache WHERE key = ?", (key,)).fetchall() == [(1,)]
