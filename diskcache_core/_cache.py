@@ -157,7 +157,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                 try:
                     execute = self._local.read  # Store.read, inline: the hot path
                 except AttributeError:
-                    execute = self._store.state().read
+                    execute = self._store.state(retry).read
                 rows = execute(statement, params).fetchall()
             except sqlite3.Error as exc:
                 rows = self._store.retry_read(exc, statement, params, retry)

@@ -21,7 +21,7 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from ._checkpointer import BACKSTOP_PAGES
-from ._errors import DatabaseError, ReadOnlyCacheWarning, translate_sqlite_error
+from ._errors import DatabaseError, ReadOnlyCacheWarning, is_busy, translate_sqlite_error
 from ._memory import change_recorder
 from ._schema import (
     NEW_VALUE_FUNCTION,
@@ -129,17 +129,22 @@ class ConnectionPool:
         return sqlite3.connect(self.path, timeout=wait, isolation_level=None,
                                check_same_thread=False)
 
-    def state(self) -> ThreadState:
-        """This thread's state, opening its connection on first use."""
+    def state(self, retry: bool = False) -> ThreadState:
+        """This thread's state, opening its connection on first use. Opening waits the cache's
+        timeout while the database is locked (another process's WAL recovery), and again and
+        again with `retry`."""
         try:
             current: ThreadState = self.local.state
             return current
         except AttributeError:
             pass
-        try:
-            state = self._open_state()
-        except sqlite3.Error as exc:
-            raise translate_sqlite_error(exc, self.path) from exc
+        while True:
+            try:
+                state = self._open_state()
+                break
+            except sqlite3.Error as exc:
+                if not (retry and is_busy(exc)):
+                    raise translate_sqlite_error(exc, self.path) from exc
         with self._lock:
             self._close_dead_threads()
             self._states.append(state)

@@ -212,14 +212,19 @@ class Disk:
         kind = type(db_key)
         if kind is float and db_key.is_integer() and _INT64_MIN <= db_key <= _INT64_MAX:
             db_key, kind = int(db_key), int
-        if kind is bytes:
-            data = (b"b" if raw else b"p") + db_key
+        if kind is bytes or kind is memoryview or kind is bytearray:  # (sqlite3.Binary)
+            data = (b"b" if raw else b"p") + bytes(db_key)
         elif kind is str:
             data = b"s" + db_key.encode("utf-8")
         elif kind is int:
             data = b"i" + struct.pack("<q", db_key)
-        else:
+        elif kind is float:
             data = b"f" + struct.pack("<d", db_key)
+        else:
+            raise TypeError(
+                f"the Disk stored a key as {kind.__name__}: Disk.put must return a str, bytes,"
+                " int or float key"
+            )
         return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
     def put(self, key: Any) -> tuple[Any, bool]:

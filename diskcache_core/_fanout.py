@@ -80,6 +80,22 @@ class FanoutStats(tuple[int, int]):
         return f"FanoutStats(hits={self[0]}, misses={self[1]}, timeouts={self.timeouts})"
 
 
+def _evict_in_shares(shards: tuple[Cache, ...], count: int, retry: bool) -> int:
+    """`FanoutCache.evict_items`: each shard's share, resuming after timeouts as the other bulk
+    removals do; how many were removed."""
+    removed = 0
+    for shard, share in zip(shards, proportional_shares([len(shard) for shard in shards], count)):
+        while share > 0:
+            try:
+                done = shard.evict_items(share, retry)
+                share = 0
+            except Timeout as exc:
+                done = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+                share -= done
+            removed += done
+    return removed
+
+
 class FanoutCache(AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
@@ -232,8 +248,9 @@ class FanoutCache(AsyncDataMixin):
         """Return the value for `key` (retrying while its shard is busy); KeyError if missing."""
         return self._place(key)[key]
 
-    def read(self, key: Any, retry: bool = False) -> Any:
-        """Return the value for `key` as a binary file object; KeyError if missing."""
+    def read(self, key: Any, retry: bool = True) -> Any:
+        """Return the value for `key` as a binary file object; KeyError if missing. Waits for a
+        busy shard by default, as python-diskcache's does (a give-up would read as missing)."""
         handle = self.get(key, ENOVAL, read=True, retry=retry)
         if handle is ENOVAL:
             raise KeyError(key)
@@ -357,8 +374,7 @@ class FanoutCache(AsyncDataMixin):
     def evict_items(self, count: int, retry: bool = False) -> int:
         """Remove up to `count` items in the eviction policy's order, each shard giving up its
         share (in proportion to the items it holds); return how many."""
-        shares = proportional_shares([len(shard) for shard in self._shards], count)
-        return sum(shard.evict_items(n, retry) for shard, n in zip(self._shards, shares) if n)
+        return _evict_in_shares(self._shards, count, retry)
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item from every shard; return how many."""
@@ -396,6 +412,10 @@ class FanoutCache(AsyncDataMixin):
     ) -> int:
         """Awaitable `expire` (`retry` first, as `expire` takes it)."""
         return await run_sync(self.expire, retry, now)
+
+    async def aread(self, key: Any, retry: bool = True) -> Any:
+        """Awaitable `read` (waits for a busy shard by default, as `read` does)."""
+        return await run_sync(self.read, key, retry)
 
     async def astats(self, enable: bool = True, reset: bool = False) -> FanoutStats:
         """Awaitable `stats` (its result has ``.timeouts``, unlike Cache's)."""

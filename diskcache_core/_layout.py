@@ -61,22 +61,31 @@ def placement_hash(db_key: Any) -> int:
         except UnicodeEncodeError:
             check_text("key", db_key)  # ValueError naming the key
             raise
-    elif kind is bytes:
+    elif kind is bytes or kind is memoryview or kind is bytearray:  # (a blob: sqlite3.Binary)
         crc = crc32(db_key, 1)
     else:
         if kind is float and db_key.is_integer() and _INT64_MIN <= db_key <= _INT64_MAX:
             db_key, kind = int(db_key), int
         if kind is int:
             crc = crc32(db_key.to_bytes(8, "little", signed=True), 2)
-        else:
+        elif kind is float:
             crc = crc32(struct.pack("<d", db_key), 3)
+        else:
+            raise _unplaceable(db_key)
     return ((crc * GOLDEN) & MASK64) >> 32
+
+
+def _unplaceable(db_key: Any) -> TypeError:
+    return TypeError(
+        f"the Disk stored a key as {type(db_key).__name__}: Disk.put must return a str, bytes,"
+        " int or float key"
+    )
 
 
 def _peer_hash(db_key: Any) -> int:
     """python-diskcache's placement hash of a stored key, for directories it created."""
     kind = type(db_key)
-    if kind is bytes:
+    if kind is bytes or kind is memoryview or kind is bytearray:
         return zlib.adler32(db_key) & _U32
     if kind is str:
         try:
@@ -86,7 +95,9 @@ def _peer_hash(db_key: Any) -> int:
             raise
     if kind is int:
         return int(db_key % _U32)
-    return zlib.adler32(struct.pack("!d", db_key)) & _U32
+    if kind is float:
+        return zlib.adler32(struct.pack("!d", db_key)) & _U32
+    raise _unplaceable(db_key)
 
 
 def placement(layout: str, disk: Disk, count: int) -> Callable[[Any], int]:
@@ -99,6 +110,11 @@ def placement(layout: str, disk: Disk, count: int) -> Callable[[Any], int]:
     """
     put = disk.put
     if layout == _HASH_PEER:
+        if type(disk).hash is not Disk.hash:
+            # python-diskcache places a key with its Disk's hash(): a Disk that overrides it
+            # placed the directory's items by it.
+            disk_hash = disk.hash
+            return lambda key: disk_hash(key) % count
         return lambda key: _peer_hash(put(key)[0]) % count
     if not hashes_text_inline(layout, disk):
         return lambda key: placement_hash(put(key)[0]) % count

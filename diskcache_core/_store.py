@@ -71,13 +71,13 @@ class Store:
         if handoff is not None:
             pool.busy_wait = 0.0
 
-    def state(self) -> ThreadState:
-        """This thread's connection state (opened on first use)."""
+    def state(self, retry: bool = False) -> ThreadState:
+        """This thread's connection state (opened on first use; see `ConnectionPool.state`)."""
         try:
             state: ThreadState = self.local.state
             return state
         except AttributeError:
-            return self.pool.state()
+            return self.pool.state(retry)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ class Store:
         while is_busy(exc) and (retry or time.monotonic() < deadline):
             time.sleep(0.001)
             try:
-                rows = self.state().execute(statement, params).fetchall()
+                rows = self.state(retry).execute(statement, params).fetchall()
                 return rows
             except sqlite3.Error as again:
                 exc = again
@@ -126,7 +126,12 @@ class Store:
         try:
             state: ThreadState = self.local.state
         except AttributeError:
-            state = self.pool.state()
+            try:
+                state = self.pool.state(retry)
+            except BaseException:
+                if new_file is not None:
+                    self.remove_file(new_file)
+                raise
         mark = len(state.released) if state.depth else 0
         try:
             cursor = state.execute(statement, params)
@@ -144,7 +149,7 @@ class Store:
     ) -> tuple[int, Any]:
         """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
-        state = self.state()
+        state = self.state(retry)
         state.new_value = NO_VALUE
         rowcount, _ = self.write(statement, params, retry, charge=charge)
         return rowcount, state.new_value
@@ -277,7 +282,12 @@ class Store:
         Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
-        state = self.state()
+        try:
+            state = self.state(retry)
+        except BaseException:
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise
         if state.depth:
             if new_file is not None:
                 state.created.append(new_file)  # the outer transaction's rollback removes it

@@ -11,10 +11,12 @@ import json
 import multiprocessing
 import os
 import pickle
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 
@@ -579,3 +581,140 @@ def test_a_directory_another_opener_makes_between_two_looks_is_used(tmp_path, mo
     monkeypatch.setattr(_directories.op, 'isdir', isdir_before_it_was_made)
     _directories.make_private_dirs(str(made))
     assert first and made.is_dir()
+
+
+_EXCLUSIVE_HOLDER = r'''
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+con.execute("PRAGMA locking_mode=EXCLUSIVE")
+con.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+con.execute("COMMIT")
+con.close()
+'''
+
+
+def test_a_threads_first_call_waits_for_a_locked_shard_with_retry(tmp_path):
+    # A thread that has no connection to a shard yet opens one while another process holds the
+    # database exclusively (as during its WAL recovery): opening is busy. Without retry the call
+    # gives up (and leaves no value file behind); with retry, and for cache[key] = value, del
+    # and read(), it waits until the shard is free.
+    directory = str(tmp_path / 'fanout')
+    cache = FanoutCache(directory, shards=1, timeout=0.05, memory_size_limit=0)
+    cache['present'] = b'stored'
+    cache['gone'] = 1
+    cache.close()  # this process keeps no connection to the shard
+    holder = subprocess.Popen(
+        [sys.executable, '-c', _EXCLUSIVE_HOLDER, os.path.join(directory, '000', 'cache.db')],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    results = {}
+
+    def in_a_new_thread(name, call):
+        thread = threading.Thread(target=lambda: results.__setitem__(name, call()))
+        thread.start()
+        return thread
+
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        gave_up = in_a_new_thread('set', lambda: cache.set('big', b'x' * 100_000))
+        gave_up.join(60)
+        assert results['set'] is False
+        waiting = [
+            in_a_new_thread('set retry', lambda: cache.set('key', 1, retry=True)),
+            in_a_new_thread('incr retry', lambda: cache.incr('n', retry=True)),
+            in_a_new_thread('setitem', lambda: cache.__setitem__('item', 2)),
+            in_a_new_thread('delitem', lambda: cache.__delitem__('gone')),
+            in_a_new_thread('read', lambda: cache.read('present').read()),
+        ]
+        time.sleep(0.5)
+        assert all(thread.is_alive() for thread in waiting), results  # still waiting
+        holder.stdin.write('\n')
+        holder.stdin.flush()
+        for thread in waiting:
+            thread.join(60)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert results == {
+        'set': False, 'set retry': True, 'incr retry': 1, 'setitem': None, 'delitem': None,
+        'read': b'stored',
+    }
+    assert cache.get('key') == 1 and cache.get('item') == 2 and 'gone' not in cache
+    assert 'big' not in cache
+    assert cache.check() == []
+    leftovers = [name for _, _, names in os.walk(directory) for name in names
+                 if name.endswith('.val')]
+    assert leftovers == []
+    cache.close()
+
+
+def test_evict_items_resumes_on_a_busy_shard_and_counts_every_removal(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'fanout'), shards=4, timeout=0.02)
+    for number in range(200):
+        cache.set(f'key{number}', number)
+    with _BusyShard(cache, number=2) as busy:
+        busy.release_after(0.5)
+        assert cache.evict_items(100) == 100  # every shard's share, the busy one's too
+    assert len(cache) == 200 + 1 - 100  # (+1: the other process's item)
+    assert cache.check() == []
+    cache.close()
+
+
+def _blob_key_disk(base):
+    class BlobKeyDisk(base):  # python-diskcache's own Disk.put returns sqlite3.Binary keys
+        def put(self, key):
+            return sqlite3.Binary(pickle.dumps(key)), False
+
+        def get(self, key, raw):
+            return pickle.loads(bytes(key))
+
+    return BlobKeyDisk
+
+
+def test_a_disk_that_stores_keys_as_sqlite3_binary_works(tmp_path):
+    cache = FanoutCache(str(tmp_path / 'fanout'), shards=4, disk=_blob_key_disk(diskcache_core.Disk))
+    keys = [('tuple', number) for number in range(40)]
+    for key in keys:
+        assert cache.set(key, repr(key)) is True
+    assert [cache.get(key) for key in keys] == [repr(key) for key in keys]
+    assert len({cache.shards.index(cache.shard_for(key)) for key in keys}) == 4
+    assert sorted(cache) == sorted(keys)
+    cache.close()
+
+
+def test_a_disk_storing_keys_as_another_type_gets_a_clear_error(tmp_path):
+    class ListKeyDisk(diskcache_core.Disk):
+        def put(self, key):
+            return [key], False
+
+    cache = FanoutCache(str(tmp_path / 'fanout'), shards=2, disk=ListKeyDisk)
+    with pytest.raises(TypeError, match='Disk.put must return'):
+        cache.set('key', 1)
+    cache.close()
+
+
+def test_python_diskcache_placement_follows_a_disks_own_hash(tmp_path):
+    diskcache = pytest.importorskip('diskcache')
+
+    def hashing_disk(base):
+        class ReprHashDisk(base):
+            def hash(self, key):
+                return zlib.crc32(repr(key).encode())
+
+        return ReprHashDisk
+
+    directory = str(tmp_path / 'made-by-python-diskcache')
+    peer = diskcache.FanoutCache(directory, shards=4, disk=hashing_disk(diskcache.Disk))
+    keys = [f'key-{number * 7919}' for number in range(40)]
+    for key in keys:
+        peer.set(key, key.upper())
+    peer.close()
+    cache = FanoutCache(directory, shards=4, disk=hashing_disk(diskcache_core.Disk))
+    assert [cache.get(key) for key in keys] == [key.upper() for key in keys]
+    cache.set('new', 1)
+    cache.close()
+    peer = diskcache.FanoutCache(directory, shards=4, disk=hashing_disk(diskcache.Disk))
+    assert peer.get('new') == 1  # and python-diskcache finds what we wrote
+    peer.close()
