@@ -313,7 +313,7 @@ def _refresh(memo: _Memo, key: str, marker: str) -> Steps:
     """A background refresh: compute and store, then remove the key's refresh marker."""
     try:
         result = yield from _compute_and_store(memo, key, timed=True)
-    except Exception:
+    except BaseException:  # CancelledError too: an event loop that ends cancels the refresh
         yield functools.partial(memo.cache.delete, marker, retry=True)
         raise
     yield functools.partial(memo.cache.delete, marker, retry=True)

@@ -20,6 +20,7 @@ Keep lock keys out of eviction's way: use ``eviction_policy='none'`` or a genero
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import threading
@@ -410,9 +411,13 @@ def throttle(
     until one is available. A missing item is a full bucket, so a fresh cache starts with a
     burst of `count` calls (as python-diskcache's does after decoration).
     """
-    if count <= 0 or seconds <= 0:
-        raise ValueError("throttle needs count > 0 and seconds > 0")
+    if not (0 < count < math.inf and 0 < seconds < math.inf):  # NaN too
+        raise ValueError(f"throttle needs finite count > 0 and seconds > 0, not {count!r}, {seconds!r}")
     rate = count / float(seconds)
+    # A call takes one token when the bucket holds one, or is full (a `count` below 1: a call
+    # every 1 / rate seconds). The margin absorbs float rounding: a wait of 1e-14 s would not
+    # move a clock that reads 1000.4 (and a clock that does not move waits for ever).
+    needed = min(1.0, float(count))
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name
@@ -424,9 +429,9 @@ def throttle(
             def take(current: tuple[float, float]) -> tuple[Any, float]:
                 last, stored = current
                 tokens: float = min(count, stored + (now - last) * rate)
-                if tokens >= 1:
+                if tokens >= needed - 1e-9:
                     return (now, tokens - 1), 0.0
-                return KEEP, (1 - tokens) / rate
+                return KEEP, (needed - tokens) / rate
 
             return float(_change(cache, key, take, (now, count), expire, tag))
 

@@ -713,3 +713,24 @@ def test_a_keyword_argument_named_self_is_passed_through(cache):
     assert echo(self=3) == {'self': 3} and echo(self=3) == {'self': 3}
     assert double(self=1, x=21) == 42 and double(self=1, x=21) == 42
     assert echo.__cache_key__(self=3) == echo.__cache_key__(self=3)
+
+
+def test_stampede_async_refresh_cancelled_with_its_loop_frees_the_key(cache):
+    # asyncio.run returns while the early refresh task runs: the task is cancelled, and its
+    # marker must go with it (or no caller in any process refreshes the key early for
+    # lock_expire seconds).
+    runs = []
+
+    @memoize_stampede(cache, expire=60, beta=1e9)  # every hit asks for a refresh
+    async def value():
+        runs.append(1)
+        await asyncio.sleep(0.2 if len(runs) > 1 else 0)
+        return len(runs)
+
+    assert asyncio.run(value()) == 1  # computed and stored
+    assert asyncio.run(value()) == 1  # a hit: starts the refresh, which the loop's end cancels
+    assert len(runs) == 2
+    marker = value.__cache_key__() + '#refresh'
+    assert marker not in cache
+    assert asyncio.run(value()) == 1  # a later hit starts a refresh again
+    assert len(runs) == 3

@@ -432,8 +432,47 @@ def test_throttle_uses_given_clock_and_sleep(cache):
     assert [call(), call()] == [1000.0, 1000.0]  # the burst
     assert call() == pytest.approx(1000.5)  # then one every half second
     assert sleeps == [pytest.approx(0.5)]
-    with pytest.raises(ValueError):
-        throttle(cache, 0, 1)
+    for count, seconds in [(0, 1), (1, 0), (float('nan'), 1), (1, float('inf'))]:
+        with pytest.raises(ValueError):
+            throttle(cache, count, seconds)
+
+
+def _fake_clock(start):
+    now = [start]
+
+    def sleep(seconds):
+        if len(sleeps) > 1000:
+            raise AssertionError('the throttle never lets the call through')
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    sleeps = []
+    return now, sleep, sleeps
+
+
+def test_throttle_with_a_count_below_one_calls_at_its_rate(cache):
+    now, sleep, _ = _fake_clock(1000.0)
+
+    @throttle(cache, 0.5, 1, name='half', time_func=lambda: now[0], sleep_func=sleep)
+    def call():
+        return now[0]
+
+    times = [call() for _ in range(4)]  # one call every 2 s (0.5 a second), the first at once
+    assert times == pytest.approx([1000.0, 1002.0, 1004.0, 1006.0])
+
+
+def test_throttle_waits_survive_float_rounding(cache):
+    # After a burst of 5 from 1000.0, the refill to one token computes 0.99999999999994: a wait
+    # of 2e-14 s, which a clock reading 1000.4 cannot advance by.
+    now, sleep, sleeps = _fake_clock(1000.0)
+
+    @throttle(cache, 5, 2, name='rounding', time_func=lambda: now[0], sleep_func=sleep)
+    def call():
+        return now[0]
+
+    times = [call() for _ in range(8)]
+    assert times == pytest.approx([1000.0] * 5 + [1000.4, 1000.8, 1001.2])
+    assert len(sleeps) == 3
 
 
 # --- barrier ----------------------------------------------------------------------------------------
