@@ -448,7 +448,10 @@ class CacheBase:
         remote: RemoteUnsupportedError."""
         if self._remote is not None:
             self._remote.unsupported("len()")
-        return int(self._store.read(self._len_statement)[0][0])
+        rows = self._store.read(self._len_statement)
+        if rows and type(rows[0][0]) is int:
+            return rows[0][0]
+        return int(self._store.read(sql.COUNT)[0][0])  # a count row lost or damaged by hand
 
     # --- lifecycle ------------------------------------------------------------------------------
 

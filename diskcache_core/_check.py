@@ -84,20 +84,36 @@ def check_cache(
                     if fix:  # a file of the wrong size is damaged: drop the item (and the file)
                         _drop_row(state, rowid, keep_file=False)
             _Sweep(named, sql.LAYOUT_FILE, fix).run(real_directory)
-            ((stored_size,),) = state.execute(sql.SELECT_STORED_SIZE)
-            ((actual_size,),) = state.execute(sql.SELECT_ACTUAL_SIZE)
-            if stored_size != actual_size:
-                warnings.warn(f"Settings.size != SUM(Cache.size); {stored_size} != {actual_size}", stacklevel=2)
-                if fix:
-                    state.execute(sql.STORE_SIZE, (actual_size,))
-            stored_count = state.execute(sql.STORED_COUNT).fetchone()  # None: an old schema
-            ((actual_count,),) = state.execute(sql.COUNT)
-            if stored_count is not None and stored_count[0] != actual_count:
-                count = stored_count[0]
-                warnings.warn(f"Settings.count != COUNT(*); {count} != {actual_count}", stacklevel=2)
-                if fix:
-                    state.execute(sql.STORE_COUNT, (actual_count,))
+            _check_counters(state, fix)
     return found
+
+
+def _check_counters(state: Any, fix: bool) -> None:
+    """The counter rows of the Settings table: the byte total and item count must agree with
+    the rows, hits and misses must be numbers; a missing row (a hand edit) is reported too."""
+    stored = dict(state.execute(sql.SELECT_COUNTERS).fetchall())
+    ((actual_size,),) = state.execute(sql.SELECT_ACTUAL_SIZE)
+    ((actual_count,),) = state.execute(sql.COUNT)
+    # The count row is kept only where the count triggers are (not an old schema read-only).
+    counted = state.execute(sql.COUNT_TRIGGER_EXISTS).fetchone() is not None
+    expected = {"size": actual_size, "count": actual_count}
+    of_rows = {"size": "SUM(Cache.size)", "count": "COUNT(*)"}
+    for name in ("size", "count", "hits", "misses"):
+        if name == "count" and not counted:
+            continue
+        if name not in stored:
+            warnings.warn(f"Settings has no {name!r} row", stacklevel=3)
+        elif name in expected and stored[name] != expected[name]:
+            warnings.warn(
+                f"Settings.{name} != {of_rows[name]}; {stored[name]} != {expected[name]}",
+                stacklevel=3,
+            )
+        elif name not in expected and (type(stored[name]) is not int or stored[name] < 0):
+            warnings.warn(f"Settings.{name} is not a count: {stored[name]!r}", stacklevel=3)
+        else:
+            continue
+        if fix:
+            state.execute(sql.STORE_SETTING, (name, expected.get(name, 0)))
 
 
 def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMessage]:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ._cache import Cache
+from ._connections import in_wal_mode
 from ._disk import ENOVAL, Disk
 from ._safedisk import SafeDisk
 from ._schema import (
@@ -75,9 +76,10 @@ def _is_cache_database(path: str) -> bool:
     if not op.isfile(path) or op.getsize(path) == 0:
         return False
     try:
-        # With no -shm (no writer has it open) read the file as immutable: a read-only
-        # connection would leave a -wal and -shm behind.
-        mode = "mode=ro" if op.exists(path + "-shm") else "mode=ro&immutable=1"
+        # A WAL database with no -shm (no writer has it open) is read as immutable: a
+        # read-only connection would leave a -wal and -shm behind.
+        immutable = not op.exists(path + "-shm") and in_wal_mode(path)
+        mode = "mode=ro&immutable=1" if immutable else "mode=ro"
         con = sqlite3.connect(database_uri(path, mode), uri=True, timeout=10)
     except sqlite3.Error:
         return False

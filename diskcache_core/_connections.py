@@ -38,7 +38,7 @@ NO_VALUE = object()  # ThreadState.new_value before a statement sets it
 WAL_SIZE_LIMIT = 2**23
 _UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
-__all__ = ["ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "worker_task"]
+__all__ = ["ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "in_wal_mode", "worker_task"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -348,6 +348,17 @@ class ReadOnlyReader:
                 info = os.fstat(pin)
                 self._con, self._opened_with, self._pin = con, (info.st_dev, info.st_ino), pin
                 return cursor
+        if not in_wal_mode(self._pool.path):
+            # A rollback journal: SQLite's file locks keep reads whole; no index to follow.
+            con = self._pool.connect()
+            try:
+                self._pool.configure(con)
+                cursor = con.execute(statement, params)
+            except BaseException:
+                con.close()
+                raise
+            self._con, self._opened_with = con, None
+            return cursor
         return self._read_unindexed(statement, params)
 
     def _read_unindexed(self, statement: str, params: Any) -> FetchedRows:
@@ -417,6 +428,23 @@ def _open_if_exists(path: str) -> int:
         os.close(fd)
         raise DatabaseError(f"{path!r} is not a regular file: refused")
     return fd
+
+
+def in_wal_mode(path: str) -> bool:
+    """Whether the database file `path` is in WAL mode (its header's format versions are 2).
+
+    Only such a file needs a WAL index to be read with locks; a read-only reader must read it
+    as immutable when no writer has made the index. A file in a rollback-journal mode is read
+    with SQLite's own locks (read as immutable, a writer's change in place would tear rows).
+    """
+    fd = _open_if_exists(path)
+    if fd == -1:
+        return False
+    try:
+        header = os.pread(fd, 2, 18)
+    finally:
+        os.close(fd)
+    return header == b"\x02\x02"
 
 
 def _identity(path: str, with_time: bool = False) -> Any:

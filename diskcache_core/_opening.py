@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from . import _schema as sql
-from ._connections import ConnectionPool
+from ._connections import ConnectionPool, in_wal_mode
 from ._disk import Disk
 from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
@@ -67,7 +67,9 @@ def open_database(
     # No WAL index (-shm): no writer has the database open, so its file is the whole truth now;
     # it is read as immutable (a read-only connection would make a -wal and -shm it cannot
     # remove). See _connections.ReadOnlyReader for later reads.
-    no_wal_index = pool.read_only and not op.exists(pool.path + "-shm")
+    no_wal_index = (
+        pool.read_only and not op.exists(pool.path + "-shm") and in_wal_mode(pool.path)
+    )
     try:
         _refuse_special_file(pool.path)
         if not pool.read_only:

@@ -339,10 +339,11 @@ DELETE_SETTING = "DELETE FROM Settings WHERE key = ?"
 SELECT_HITS_MISSES = "SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"
 RESET_HITS_MISSES = "UPDATE Settings SET value = 0 WHERE key IN ('hits', 'misses')"
 ADD_TO_COUNTER = "UPDATE Settings SET value = value + ? WHERE key = ?"
-SELECT_STORED_SIZE = "SELECT value FROM Settings WHERE key = 'size'"
+SELECT_COUNTERS = "SELECT key, value FROM Settings WHERE key IN ('size', 'count', 'hits', 'misses')"
+COUNT_TRIGGER_EXISTS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'Settings_count_insert'"
+)
 SELECT_ACTUAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM Cache"
-STORE_SIZE = "UPDATE Settings SET value = ? WHERE key = 'size'"
-STORE_COUNT = "UPDATE Settings SET value = ? WHERE key = 'count'"
 MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
 PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
@@ -528,7 +529,8 @@ def create_or_migrate(
     """
     changed = {name: value for name, value in wanted.items() if stored.get(name, object()) != value}
     policy = wanted["eviction_policy"]
-    if stored and not changed and stored.get("schema_version") == SCHEMA_VERSION:
+    counters = all(name in stored for name in (*METADATA, COUNT_ROW))  # (a hand edit drops one)
+    if stored and not changed and stored.get("schema_version") == SCHEMA_VERSION and counters:
         if _schema_ready(con, policy, wanted["tag_index"]):
             return
     con.execute("BEGIN IMMEDIATE")

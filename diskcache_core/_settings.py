@@ -91,12 +91,17 @@ class Settings:
             self.changed(name, value)
 
     def connection_pragmas(self) -> dict[str, Any]:
-        """Pragmas every new connection runs (the persistent ones are set when opening)."""
-        return {
+        """Pragmas every new connection runs (the persistent ones are set when opening). Only
+        WAL is a journal mode of the database file: any other applies to the connection that
+        sets it, so every connection sets it."""
+        pragmas = {
             name[len("sqlite_"):]: value
             for name, value in self.values().items()
             if name.startswith("sqlite_") and name not in PERSISTENT_PRAGMAS
         }
+        if str(self.sqlite_journal_mode).lower() != "wal":
+            pragmas["journal_mode"] = self.sqlite_journal_mode
+        return pragmas
 
     def disk_options(self, code_only: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments of the Disk: the ``disk_*`` settings without their prefix.

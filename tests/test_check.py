@@ -191,3 +191,41 @@ def test_a_layout_file_left_by_a_killed_fanout_opener_is_reported_and_removed(tm
         assert len(cache.check(fix=True)) == 1
         assert cache.check() == [] and cache.get('k') == 'v'
     assert not [name for name in os.listdir(tmp_path) if name.endswith('.tmp')]
+
+
+@pytest.mark.parametrize("row", ["size", "count", "hits", "misses"])
+def test_a_lost_counter_row_is_reported_fixed_and_restored_on_open(make_store, row):
+    from store_helpers import connect
+
+    cache = make_store(statistics=True)
+    _fill(cache)
+    cache.get(0)
+    cache.get("missing")
+    con = connect(cache.directory)
+    con.execute("DELETE FROM Settings WHERE key = ?", (row,))
+    # Readers carry on (the count is counted, lost hits and misses read as none).
+    assert len(cache) == 6
+    cache.stats()
+    assert warning_text(cache.check()) == [f"UserWarning: Settings has no {row!r} row"]
+    assert cache.check(fix=True) and cache.check() == []
+    assert len(cache) == 6
+    # Opening the cache restores a row lost while it was closed, counted from the items.
+    cache.close()
+    con.execute("DELETE FROM Settings WHERE key = ?", (row,))
+    con.close()
+    reopened = make_store()
+    assert reopened.check() == []
+    assert len(reopened) == 6 and reopened.stats()[0] >= 0
+
+
+@pytest.mark.parametrize("value", [None, "text", -3, 2.5])
+def test_a_damaged_hits_row_is_reported_and_fixed(store, value):
+    from store_helpers import connect
+
+    store.stats(enable=True)
+    with connect(store.directory) as con:
+        con.execute("UPDATE Settings SET value = ? WHERE key = 'hits'", (value,))
+    assert store.stats() == (0, 0)  # read as none, not a crash
+    assert warning_text(store.check()) == [f"UserWarning: Settings.hits is not a count: {value!r}"]
+    store.check(fix=True)
+    assert store.check() == []

@@ -134,3 +134,50 @@ def test_read_only_opens_a_directory_whose_name_means_something_in_a_uri(tmp_pat
     with dc.Cache(directory, read_only=True) as closed:  # no writer: read as immutable
         assert closed.get("key") == name
         assert list(closed) == ["key"]
+
+
+def _generation_value(generation: int, key: int) -> bytes:
+    return (f"{generation}:{key}:".encode() * 5000)[:30000]  # inline, over several pages
+
+
+def _rewrite_generations(directory: str, generations: int) -> None:
+    cache = dc.Cache(directory, memory_size_limit=0)
+    for generation in range(1, generations + 1):
+        for key in range(20):
+            cache.set(key, _generation_value(generation, key))
+    cache.close()
+
+
+@pytest.mark.parametrize("journal_mode", ["delete", "truncate", "wal"])
+def test_a_read_only_reader_never_sees_a_torn_value(tmp_path, journal_mode):
+    # A reader that may not write reads values another process keeps rewriting in place: in a
+    # rollback-journal mode there is never a WAL index to follow, and a read of the file as
+    # immutable (no locks) mixed pages of two commits.
+    import multiprocessing
+    import warnings
+
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory, sqlite_journal_mode=journal_mode, memory_size_limit=0) as cache:
+        for key in range(20):
+            cache.set(key, _generation_value(0, key))
+    writer = multiprocessing.get_context("fork").Process(
+        target=_rewrite_generations, args=(directory, 400)
+    )
+    writer.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dc.ReadOnlyCacheWarning)
+        reader = dc.Cache(directory, read_only=True)
+    bad, reads = [], 0
+    try:
+        while (writer.is_alive() or reads == 0) and reads < 200_000:
+            for key in range(0, 20, 3):
+                value = reader.get(key)
+                reads += 1
+                generation = int(value.split(b":")[0])
+                if value != _generation_value(generation, key):
+                    bad.append((key, generation))
+    finally:
+        writer.join(120)
+        reader.close()
+    assert writer.exitcode == 0
+    assert bad == []

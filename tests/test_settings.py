@@ -410,3 +410,24 @@ def test_sql_changing_a_size_or_a_key_is_seen_by_other_memory_tiers(tmp_path):
     ) == (None, 1, None)
     reader.close()
     writer.close()
+
+
+@pytest.mark.parametrize("mode", ["truncate", "persist"])
+def test_a_rollback_journal_mode_is_in_force_on_every_connection(tmp_path, mode):
+    # Only WAL is stored in the database file; any other mode applies per connection.
+    import threading
+
+    cache = dc.Cache(str(tmp_path / "cache"), sqlite_journal_mode=mode)
+    modes = []
+    thread = threading.Thread(
+        target=lambda: modes.append(cache._sql("PRAGMA journal_mode").fetchall()[0][0])
+    )
+    thread.start()
+    thread.join()
+    cache.set("key", "value")
+    assert modes == [mode]
+    assert cache._sql("PRAGMA journal_mode").fetchall()[0][0] == mode
+    cache.close()
+    reader = dc.Cache(str(tmp_path / "cache"), read_only=True)
+    assert reader.get("key") == "value"
+    reader.close()
