@@ -177,7 +177,9 @@ class CacheBase:
             raise ValueError(f"{key!r} comes from code only and cannot be stored")
         value = validate_setting(key, value)
         if update:
-            self._store.write(sql.STORE_SETTING, (sql.row_name(key), value), retry=True)
+            with self._store.transaction(retry=True) as state:
+                for statement, params in sql.store_setting(key, value):
+                    state.execute(statement, params)
         if key.startswith("sqlite_"):
             self._store.read(sql.set_pragma(key[len("sqlite_"):], value))
         self._apply_setting(key, value)

@@ -114,7 +114,9 @@ def _zstd_codec() -> _Codec:
     decompressor = zstandard.ZstdDecompressor()
 
     def compress(data: bytes, level: int | None) -> bytes:
-        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
+        # With a checksum of the content, a damaged frame is an error, never a wrong value.
+        level = 3 if level is None else level
+        return zstandard.ZstdCompressor(level=level, write_checksum=True).compress(data)
 
     return _Codec("zstd", 2, compress, decompressor.decompress)
 
@@ -124,7 +126,8 @@ def _lz4_codec() -> _Codec:
 
     def compress(data: bytes, level: int | None) -> bytes:
         # lz4 ships no type information: its compress is typed here, where it is called.
-        return cast(bytes, lz4.frame.compress(data, compression_level=0 if level is None else level))
+        level = 0 if level is None else level
+        return cast(bytes, lz4.frame.compress(data, compression_level=level, content_checksum=True))
 
     return _Codec("lz4", 3, compress, lz4.frame.decompress)
 
@@ -494,7 +497,11 @@ class Disk:
         name = _CODEC_NAMES_BY_ID.get(codec_id)
         if name is None:
             raise DiskCacheError(f"unknown compressor id {codec_id} in the cache database")
-        return _codec(name).decompress(data)
+        decompress = _codec(name).decompress
+        try:
+            return decompress(data)
+        except Exception as exc:  # zlib.error, zstandard.ZstdError, lz4's RuntimeError
+            raise DiskCacheError(f"a {name}-compressed value is damaged: {exc}") from exc
 
 
 class JSONDisk(Disk):

@@ -124,7 +124,7 @@ class Evictor:
     def hits_misses(self, reset: bool) -> tuple[int, int]:
         """Hits and misses counted so far (stored and pending); with `reset`, zero them."""
         with self.access.flushing:  # not while a batch is between memory and the database
-            rows = dict(self.store.read(sql.SELECT_HITS_MISSES))
+            rows = dict(self.store.read(sql.SELECT_COUNTERS))
             stored = [rows.get(name) for name in ("hits", "misses")]  # (check() repairs others)
             hits, misses = [value if type(value) is int and value >= 0 else 0 for value in stored]
             result = (hits + self.access.hits, misses + self.access.misses)

@@ -163,7 +163,11 @@ def _read_settings(con: sqlite3.Connection, path: str, setup_timeout: float) -> 
     def read() -> dict[str, Any]:
         try:
             rows = con.execute(sql.SELECT_SETTINGS).fetchall()
-            return {sql.setting_name(row): value for row, value in rows}
+            # A row python-diskcache wrote under a setting's own name (see sql.store_setting)
+            # wins over ours: it is what python-diskcache's processes read.
+            named = [(row, sql.setting_name(row), value) for row, value in rows]
+            ours = {setting: value for row, setting, value in named if row != setting}
+            return {**ours, **{row: value for row, setting, value in named if row == setting}}
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return {}

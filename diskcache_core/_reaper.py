@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import sys
 import threading
 import time
 import warnings
@@ -126,6 +127,15 @@ def _after_fork_in_child() -> None:
     # The parent's queue is the parent's to empty; the child starts with none and no thread.
     global _reaper
     _reaper = _Reaper()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        # A multiprocessing child ends with os._exit, which runs no atexit handler but the
+        # finalizers multiprocessing registers; its start clears the parent's, then runs these.
+        util.register_after_fork(_reaper, _drain_in_multiprocessing_child)
+
+
+def _drain_in_multiprocessing_child(_: Any) -> None:
+    sys.modules["multiprocessing.util"].Finalize(None, _drain_at_exit, exitpriority=0)
 
 
 @atexit.register

@@ -47,6 +47,14 @@ def row_name(setting: str) -> str:
     return _ROW_NAMES.get(setting, setting)
 
 
+def store_setting(name: str, value: Any) -> list[tuple[str, tuple[Any, Any]]]:
+    """Statements storing setting `name`: its row, and any row python-diskcache made under the
+    name (its JSONDisk's ``disk_compress_level``), so both libraries keep reading one value."""
+    row = row_name(name)
+    peer = [] if row == name else [(UPDATE_PEER_ROW, (value, name))]
+    return [(STORE_SETTING, (row, value)), *peer]
+
+
 def setting_name(row: str) -> str:
     """The setting a Settings-table row stores (see `row_name`)."""
     return _SETTING_NAMES.get(row, row)
@@ -336,13 +344,11 @@ SELECT_SETTINGS = "SELECT key, value FROM Settings"
 SELECT_SETTING = "SELECT value FROM Settings WHERE key = ?"
 STORE_SETTING = "INSERT OR REPLACE INTO Settings VALUES (?, ?)"
 DELETE_SETTING = "DELETE FROM Settings WHERE key = ?"
-SELECT_HITS_MISSES = "SELECT key, value FROM Settings WHERE key IN ('hits', 'misses')"
+UPDATE_PEER_ROW = "UPDATE Settings SET value = ? WHERE key = ?"
 RESET_HITS_MISSES = "UPDATE Settings SET value = 0 WHERE key IN ('hits', 'misses')"
 ADD_TO_COUNTER = "UPDATE Settings SET value = value + ? WHERE key = ?"
 SELECT_COUNTERS = "SELECT key, value FROM Settings WHERE key IN ('size', 'count', 'hits', 'misses')"
-COUNT_TRIGGER_EXISTS = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'Settings_count_insert'"
-)
+COUNT_TRIGGER_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = 'Settings_count_insert'"
 SELECT_ACTUAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM Cache"
 MAX_ROWID = "SELECT MAX(rowid) FROM Cache"
 PROBE_SCHEMA = "SELECT 1 FROM sqlite_master"
@@ -558,11 +564,14 @@ def create_or_migrate(
         for statement in _RECOUNT:  # kept by other triggers (or none, or another library) until now
             con.execute(statement)
         if stored.get("schema_version") != SCHEMA_VERSION:
-            for row in _ROW_NAMES:  # schema 1 stored them under their setting names
+            # Schema 1 stored them under their setting names (without a schema_version,
+            # python-diskcache made the rows: its Disk's arguments, which stay).
+            for row in _ROW_NAMES if "schema_version" in stored else ():
                 con.execute(DELETE_SETTING, (row,))
             changed = {name: value for name, value in wanted.items() if name in _ROW_NAMES} | changed
         for name, value in {**changed, "schema_version": SCHEMA_VERSION}.items():
-            con.execute(STORE_SETTING, (row_name(name), value))
+            for statement, params in store_setting(name, value):
+                con.execute(statement, params)
         con.execute("COMMIT")
     except BaseException:
         if con.in_transaction:

@@ -455,3 +455,26 @@ def test_python_diskcache_style_filename_override(tmp_path):
         assert os.listdir(tmp_path / 'c' / digest_dir)  # the override's layout is used
         assert cache.check() == []
         assert cache.pop('key') == b'y' * 100_000 and cache.check() == []
+
+
+@pytest.mark.parametrize("codec", ["zlib", "zstd", "lz4"])
+def test_a_damaged_compressed_value_is_the_librarys_error_not_a_wrong_value(tmp_path, codec):
+    import glob
+
+    pytest.importorskip({"zlib": "zlib", "zstd": "zstandard", "lz4": "lz4.frame"}[codec])
+    cache = dc.Cache(str(tmp_path / codec), disk_compress=codec, memory_size_limit=0)
+    value = b"".join(  # compressible, yet more than a value file's worth once compressed
+        b"line %06d of a value, %s\n" % (number, os.urandom(4).hex().encode())
+        for number in range(20_000)
+    )
+    cache.set("key", value)
+    (path,) = glob.glob(str(tmp_path / codec / "*" / "*" / "*.val"))
+    with open(path, "r+b") as file:
+        data = bytearray(file.read())
+        assert len(data) < len(value)  # compressed
+        data[len(data) // 2] ^= 0xFF  # one byte flipped, the length unchanged
+        file.seek(0)
+        file.write(data)
+    with pytest.raises(dc.DiskCacheError, match="damaged"):
+        cache.get("key")
+    cache.close()

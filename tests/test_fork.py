@@ -284,3 +284,34 @@ def test_a_child_forked_while_a_sub_collection_opens_can_open_one(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         fanout.close()
+
+
+def _overwrite_files_without_closing(directory: str) -> None:
+    cache = dc.Cache(directory)
+    for number in range(30):
+        cache.set(number, os.urandom(40_000))
+    for number in range(30):
+        cache.set(number, os.urandom(40_000))  # releases the first value file of each
+    for number in range(15):
+        cache.delete(number)
+    # No close(): multiprocessing ends the child with os._exit, which runs no atexit handler.
+
+
+def test_a_multiprocessing_child_removes_the_files_it_released_before_it_exits(tmp_path):
+    import multiprocessing
+
+    directory = str(tmp_path / "cache")
+    dc.Cache(directory).close()
+    child = multiprocessing.get_context("fork").Process(
+        target=_overwrite_files_without_closing, args=(directory,)
+    )
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    cache = dc.Cache(directory)
+    assert len(cache) == 15
+    value_files = [name for _, _, names in os.walk(directory) for name in names
+                   if name.endswith(".val")]
+    assert len(value_files) == 15
+    assert cache.check() == []
+    cache.close()

@@ -97,3 +97,31 @@ def test_schema_1_rows_are_renamed(tmp_path):
         assert ours.disk_compress == "zlib" and ours.get("k") == "v"
     with diskcache.Cache(directory) as peer:
         assert peer.get("k") == "v"
+
+
+def test_a_jsondisk_compress_level_python_diskcache_stored_stays_shared(tmp_path):
+    # JSONDisk's compress_level decides how keys are encoded: both libraries must keep reading
+    # the one python-diskcache stored, after we open (migrate) the directory and after we
+    # change it.
+    directory = str(tmp_path / "cache")
+    peer = diskcache.Cache(directory, disk=diskcache.JSONDisk, disk_compress_level=9)
+    peer.set("k", "old")
+    peer.close()
+    ours = dc.Cache(directory, disk=dc.JSONDisk, memory_size_limit=0)
+    assert ours.get("k") == "old"
+    ours.close()
+    peer = diskcache.Cache(directory, disk=diskcache.JSONDisk)  # the level from the directory
+    assert peer.disk.compress_level == 9 and peer.get("k") == "old"
+    peer.set("k", "new")
+    assert len(peer) == 1
+    peer.close()
+    ours = dc.Cache(directory, disk=dc.JSONDisk, memory_size_limit=0)
+    assert ours.get("k") == "new"
+    ours.reset("disk_compress_level", 6)
+    ours.close()
+    peer = diskcache.Cache(directory, disk=diskcache.JSONDisk)
+    assert peer.disk.compress_level == 6
+    peer.close()
+    ours = dc.Cache(directory, disk=dc.JSONDisk, memory_size_limit=0)
+    assert ours.disk.compress_level == 6
+    ours.close()
