@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from ._cache import Cache
 from ._connections import in_wal_mode
 from ._disk import ENOVAL, Disk
+from ._errors import DiskCacheError
 from ._safedisk import SafeDisk
 from ._schema import (
     setting_name,
@@ -81,7 +82,7 @@ def _is_cache_database(path: str) -> bool:
         immutable = not op.exists(path + "-shm") and in_wal_mode(path)
         mode = "mode=ro&immutable=1" if immutable else "mode=ro"
         con = sqlite3.connect(database_uri(path, mode), uri=True, timeout=10)
-    except sqlite3.Error:
+    except (sqlite3.Error, DiskCacheError):  # (a link or a FIFO is no cache database)
         return False
     try:
         names = {row[0] for row in con.execute(CLI_TABLE_NAMES)}

@@ -67,11 +67,11 @@ def open_database(
     # No WAL index (-shm): no writer has the database open, so its file is the whole truth now;
     # it is read as immutable (a read-only connection would make a -wal and -shm it cannot
     # remove). See _connections.ReadOnlyReader for later reads.
-    no_wal_index = (
-        pool.read_only and not op.exists(pool.path + "-shm") and in_wal_mode(pool.path)
-    )
     try:
         _refuse_special_file(pool.path)
+        no_wal_index = (
+            pool.read_only and not op.exists(pool.path + "-shm") and in_wal_mode(pool.path)
+        )
         if not pool.read_only:
             create_database_file(pool.path, os.stat(directory))
         elif not op.exists(pool.path):
