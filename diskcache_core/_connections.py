@@ -331,35 +331,33 @@ class ReadOnlyReader:
         self.close()
         pin = _open_if_exists(self._shm)
         if pin != -1:
-            con = self._pool.connect()
             try:
-                self._pool.configure(con)
-                cursor = con.execute(statement, params)
-            except sqlite3.OperationalError as exc:
-                con.close()
+                con, cursor = self._run_on_new_connection(statement, params)
+            except BaseException as exc:
                 os.close(pin)
-                if not _cannot_open_wal_index(exc):
+                if not (isinstance(exc, sqlite3.OperationalError) and _cannot_open_wal_index(exc)):
                     raise
-            except BaseException:
-                con.close()
-                os.close(pin)
-                raise
             else:
                 info = os.fstat(pin)
                 self._con, self._opened_with, self._pin = con, (info.st_dev, info.st_ino), pin
                 return cursor
         if not in_wal_mode(self._pool.path):
             # A rollback journal: SQLite's file locks keep reads whole; no index to follow.
-            con = self._pool.connect()
-            try:
-                self._pool.configure(con)
-                cursor = con.execute(statement, params)
-            except BaseException:
-                con.close()
-                raise
-            self._con, self._opened_with = con, None
+            self._con, cursor = self._run_on_new_connection(statement, params)
+            self._opened_with = None
             return cursor
         return self._read_unindexed(statement, params)
+
+    def _run_on_new_connection(self, statement: str, params: Any) -> tuple[sqlite3.Connection, Any]:
+        """A new configured connection and the cursor of `statement` run on it (the connection
+        is closed again if that fails)."""
+        con = self._pool.connect()
+        try:
+            self._pool.configure(con)
+            return con, con.execute(statement, params)
+        except BaseException:
+            con.close()
+            raise
 
     def _read_unindexed(self, statement: str, params: Any) -> FetchedRows:
         path = self._pool.path

@@ -51,6 +51,7 @@ __all__ = [
     "UNKNOWN",
     "CutShortValueFile",
     "check_disk_class",
+    "unsupported_key",
 ]
 
 
@@ -224,10 +225,7 @@ class Disk:
         elif kind is float:
             data = b"f" + struct.pack("<d", db_key)
         else:
-            raise TypeError(
-                f"the Disk stored a key as {kind.__name__}: Disk.put must return a str, bytes,"
-                " int or float key"
-            )
+            raise unsupported_key(db_key)
         return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
     def put(self, key: Any) -> tuple[Any, bool]:
@@ -550,6 +548,14 @@ class JSONDisk(Disk):
         if read:
             return data
         return self._unpack(data)
+
+
+def unsupported_key(db_key: Any) -> TypeError:
+    """The error for a key that a Disk's ``put`` stored as another type than SQLite keys by."""
+    return TypeError(
+        f"the Disk stored a key as {type(db_key).__name__}: Disk.put must return a str, bytes,"
+        " int or float key"
+    )
 
 
 class CutShortValueFile(FileNotFoundError):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._arguments import check_text
-from ._disk import Disk
+from ._disk import Disk, unsupported_key
 from ._errors import storage_error
 from ._schema import LAYOUT_FILE, LAYOUT_TEMP_PREFIX
 
@@ -71,15 +71,8 @@ def placement_hash(db_key: Any) -> int:
         elif kind is float:
             crc = crc32(struct.pack("<d", db_key), 3)
         else:
-            raise _unplaceable(db_key)
+            raise unsupported_key(db_key)
     return ((crc * GOLDEN) & MASK64) >> 32
-
-
-def _unplaceable(db_key: Any) -> TypeError:
-    return TypeError(
-        f"the Disk stored a key as {type(db_key).__name__}: Disk.put must return a str, bytes,"
-        " int or float key"
-    )
 
 
 def _peer_hash(db_key: Any) -> int:
@@ -97,7 +90,7 @@ def _peer_hash(db_key: Any) -> int:
         return int(db_key % _U32)
     if kind is float:
         return zlib.adler32(struct.pack("!d", db_key)) & _U32
-    raise _unplaceable(db_key)
+    raise unsupported_key(db_key)
 
 
 def placement(layout: str, disk: Disk, count: int) -> Callable[[Any], int]:

@@ -64,9 +64,10 @@ def open_database(
     # Read-only when asked (nothing may change: not even a new -wal or -shm) or when it must be.
     pool.read_only = bool(code_only.get("read_only")) or not os.access(directory, os.W_OK)
     setup_timeout = max(timeout, _SETUP_TIMEOUT)
-    # No WAL index (-shm): no writer has the database open, so its file is the whole truth now;
-    # it is read as immutable (a read-only connection would make a -wal and -shm it cannot
-    # remove). See _connections.ReadOnlyReader for later reads.
+    # A WAL database with no WAL index (-shm): no writer has it open, so its file is the whole
+    # truth now; it is read as immutable (a read-only connection would make a -wal and -shm it
+    # cannot remove). A rollback-journal one is read with SQLite's locks. See
+    # _connections.ReadOnlyReader for later reads.
     try:
         _refuse_special_file(pool.path)
         no_wal_index = (

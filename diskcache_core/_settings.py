@@ -190,7 +190,6 @@ def whole_number(
     return number
 
 
-
 def _flag(name: str, value: Any) -> int:
     if value in (0, 1) and (type(value) in (bool, int) or isinstance(value, numbers.Integral)):
         return int(value)
