@@ -42,7 +42,8 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
 
     Every block of the file is allocated before it is mapped (`_allocate`): a store into a
     mapped page with no block behind it kills the process with SIGBUS when the disk is full.
-    One mapping per file is shared by every Cache of this process (one file descriptor).
+    One mapping per file is shared by every Cache of this process (one file descriptor, the
+    mapping's own).
     """
     path = op.join(directory, VERSION_FILE)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -76,43 +77,40 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
             words = _shared_words(identity)
             if words is not None:
                 return words
+            # The mapping keeps a descriptor of its own (Python's mmap duplicates `fd`), and the
+            # file's inode while it lives: ours is closed below.
             mapping = mmap.mmap(fd, FILE_SIZE, access=mmap.ACCESS_WRITE)  # shared, read-write
             words = memoryview(mapping).cast("Q")  # the view keeps the mapping alive
-            _mappings[identity] = (weakref.ref(words), fd)
-            weakref.finalize(words, _forget_mapping, identity, fd)
-            fd = -1  # kept open while the mapping lives: it tells whether the file was removed
+            reference = weakref.ref(words)
+            _mappings[identity] = reference
+            weakref.finalize(words, _forget_mapping, identity, reference)
             return words
     except OSError as exc:
         raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
     finally:
-        if fd != -1:
-            os.close(fd)
+        os.close(fd)
 
 
-# Version words per file (device, inode) -> (the words, a descriptor of the file), shared by the
-# Caches of this process so that each file costs one mapping however many Caches open it.
-_mappings: dict[tuple[int, int], tuple[weakref.ref[memoryview], int]] = {}
+# Version words per file (device, inode), shared by the Caches of this process so that each file
+# costs one mapping (and one descriptor, the mapping's own) however many Caches open it.
+_mappings: dict[tuple[int, int], weakref.ref[memoryview]] = {}
 _mappings_lock = threading.RLock()  # re-entrant: a finalizer may run inside it, during gc
 
 
 def _shared_words(identity: tuple[int, int]) -> memoryview | None:
-    """This process's mapping of the file `identity`, unless that file has been removed since
-    (its inode number may then name a new file)."""
-    entry = _mappings.get(identity)
-    if entry is None:
-        return None
-    words = entry[0]()
-    if words is None or os.fstat(entry[1]).st_nlink == 0:
-        return None
-    return words
+    """This process's mapping of the file `identity` (just opened by its path), if it has one.
+
+    A live mapping holds its file's inode, so no other file can have taken its number: a file
+    opened with the same identity is the one mapped.
+    """
+    reference = _mappings.get(identity)
+    return None if reference is None else reference()
 
 
-def _forget_mapping(identity: tuple[int, int], fd: int) -> None:
+def _forget_mapping(identity: tuple[int, int], reference: weakref.ref[memoryview]) -> None:
     with _mappings_lock:
-        entry = _mappings.get(identity)
-        if entry is not None and entry[1] == fd:
+        if _mappings.get(identity) is reference:
             del _mappings[identity]
-    os.close(fd)
 
 
 def _allocate(fd: int, size: int) -> None:

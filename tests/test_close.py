@@ -197,3 +197,28 @@ def test_close_inside_this_threads_transaction_closes_when_it_ends(tmp_path: Pat
     cache.close()
     with kind(tmp_path) as again:
         assert (again.get("a"), again.get("b"), again.get("c")) == (1, 2, None)
+
+
+def test_a_closed_cache_holds_one_descriptor_for_its_version_file(tmp_path: Path) -> None:
+    # What a closed Cache keeps (until it is dropped) is the memory tier's mapping of
+    # cache.db-versions, which the object may use again; it costs one descriptor, the mapping's
+    # own, shared by every Cache of the directory in this process.
+    gc.disable()
+    try:
+        before = _open_fds()
+        kept = []
+        for n in range(5):
+            cache = dc.Cache(tmp_path / str(n))
+            cache.set("key", n)
+            assert cache.get("key") == n
+            cache.close()
+            kept.append(cache)
+        assert _open_fds() - before == 5
+        for _ in range(3):
+            again = dc.Cache(tmp_path / "0")
+            assert again.get("key") == 0
+            again.close()
+            kept.append(again)
+        assert _open_fds() - before == 5
+    finally:
+        gc.enable()
