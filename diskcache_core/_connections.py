@@ -60,7 +60,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "reader", "close_after",
+        "versions", "charge", "reader", "close_after", "inherited",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -88,6 +88,8 @@ class ThreadState:
         self.reader: ReadOnlyReader | None = None
         # close() was called inside this thread's transaction: closed once the transaction ends.
         self.close_after = False
+        # Parked in a forked child (see the module docstring): the parent's, never used here.
+        self.inherited = False
 
     def close(self) -> None:
         self.con.close()
@@ -294,6 +296,8 @@ class ConnectionPool:
         """In a forked child: park the parent's connections and start afresh."""
         if self._states:
             _hold_inherited(self.path)
+        for state in self._states:
+            state.inherited = True
         _INHERITED.extend(self._states)
         self._states = []
         self._lock = threading.Lock()

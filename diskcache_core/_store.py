@@ -16,13 +16,13 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
-from ._errors import is_busy, translate_sqlite_error
+from ._errors import DatabaseError, is_busy, translate_sqlite_error
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff
 from ._memory import publish
 from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
@@ -31,6 +31,14 @@ __all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 _COMMIT_PAGE = 4096  # WAL bytes a commit writes besides its values, at least
+_FORKED = (
+    "this process was forked inside a transaction: the transaction is the parent's, which commits"
+    " or rolls it back (writes made here since the fork were not part of it)"
+)
+_ABORTED = (
+    "the transaction was rolled back after an error in it (a full disk, say): nothing written"
+    " in it is kept, and nothing more can be; leave the transact() block"
+)
 
 
 # What a write statement did: ``(rows changed, the memory-tier versions it published)``, the
@@ -132,7 +140,12 @@ class Store:
                 if new_file is not None:
                     self.remove_file(new_file)
                 raise
-        mark = len(state.released) if state.depth else 0
+        if state.depth:
+            if not state.con.in_transaction:
+                self._refuse_in_aborted(state, new_file)
+            mark = len(state.released)
+        else:
+            mark = 0
         try:
             cursor = state.execute(statement, params)
         except sqlite3.Error as exc:
@@ -170,6 +183,14 @@ class Store:
         if new_file is not None:
             self.remove_file(new_file)
         raise translate_sqlite_error(exc, self.pool.path) from exc
+
+    def _refuse_in_aborted(self, state: ThreadState, new_file: str | None) -> NoReturn:
+        """A write inside a transaction that SQLite has already rolled back (an error in it, a
+        full disk say, ended it): nothing more may run in it, or it would commit on its own."""
+        self._rollback(state)  # the bookkeeping of the rollback SQLite made (once: then empty)
+        if new_file is not None:
+            self.remove_file(new_file)
+        raise DatabaseError(_ABORTED)
 
     def _when_free(
         self, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error, retry: bool,
@@ -289,6 +310,8 @@ class Store:
                 self.remove_file(new_file)
             raise
         if state.depth:
+            if not state.con.in_transaction:
+                self._refuse_in_aborted(state, new_file)
             if new_file is not None:
                 state.created.append(new_file)  # the outer transaction's rollback removes it
             state.depth += 1
@@ -314,12 +337,18 @@ class Store:
             try:
                 yield state
             except BaseException as exc:
+                if state.inherited:
+                    raise  # a child forked inside the block: the transaction is the parent's
                 state.depth = 0
                 self._rollback(state)
                 if isinstance(exc, sqlite3.Error):  # a statement of the block: the library's error
                     raise translate_sqlite_error(exc, self.pool.path) from exc
                 raise
+            if state.inherited:  # neither committed nor rolled back here: the parent does that
+                raise DatabaseError(_FORKED)
             state.depth = 0
+            if not state.con.in_transaction:  # SQLite rolled it back after an error in it
+                self._refuse_in_aborted(state, None)
             # Taken before COMMIT: once it has run, nothing may remove these files, not even a
             # rollback after a signal that lands right after it (they would be a committed row's).
             created, state.created = state.created, []

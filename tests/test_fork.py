@@ -206,6 +206,53 @@ def test_fork_during_parent_transaction(cache_dir):
         cache.close()
 
 
+@pytest.mark.parametrize('outcome', ['commit', 'rollback'])
+def test_a_child_leaving_the_parents_transaction_neither_commits_nor_rolls_it_back(cache_dir, outcome):
+    """The child's copy of the transaction's context manager runs on when the child leaves the
+    block; it must not COMMIT on the inherited connection (that published the parent's open
+    writes, and a memory tier then kept one of them past the parent's next write), nor roll
+    back (that removed value files the parent then committed). The child is told."""
+    cache = _busy_cache(cache_dir)
+    cache.set('k', 'old')
+    reader = dc.Cache(cache_dir)  # another object, memory tier on: it must follow every commit
+    assert reader.get('k') == 'old'
+
+    class Undo(Exception):
+        pass
+
+    pid = -1
+    try:
+        with cache.transact():
+            cache.set('k', 'A')
+            cache.set('big', b'b' * BIG)  # a value file created inside the transaction
+            pid = os.fork()
+            if pid != 0:  # the parent; the child leaves the block at once
+                assert _wait(pid) == 0
+                assert _fresh_view(cache_dir)['k'] == 'old'
+                for _ in range(3):
+                    assert reader.get('k') == 'old'
+                cache.set('k', 'B')
+                if outcome == 'rollback':
+                    raise Undo
+    except dc.DatabaseError as exc:
+        if pid == 0:
+            os._exit(0 if 'forked inside a transaction' in str(exc) else 4)
+        raise
+    except Undo:
+        pass
+    finally:
+        if pid == 0:
+            os._exit(5)  # the child left the block untold
+    expected = 'B' if outcome == 'commit' else 'old'
+    assert _fresh_view(cache_dir)['k'] == expected
+    for _ in range(3):
+        assert reader.get('k') == expected
+    assert reader.get('big') == (b'b' * BIG if outcome == 'commit' else None)
+    assert warning_text(cache.check()) == []
+    reader.close()
+    cache.close()
+
+
 def test_many_forks(cache_dir):
     cache = _busy_cache(cache_dir)
     try:

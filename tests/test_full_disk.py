@@ -195,3 +195,48 @@ def test_sparse_version_file_is_allocated_or_refused_never_faults(small_disk: Sm
         cache.set("k", 2)
         assert cache.get("k") == 2
     assert versions.stat().st_blocks * 512 >= size  # allocated for real now
+
+
+def test_a_transaction_a_full_disk_rolled_back_takes_no_further_write(small_disk: SmallDisk) -> None:
+    # SQLite may answer a full disk by rolling back the whole transaction (here: its page
+    # cache, kept tiny, spills into the database file). A caller that catches the error inside
+    # transact() and writes on must not see those writes commit one by one, nor lose the value
+    # file of one that did (its row committed, its file removed as the block's rollback).
+    cache_dir = small_disk.root / "cache"
+    out = run_child(f"""
+        cache = dc.Cache({str(cache_dir)!r}, sqlite_cache_size=10)
+        cache.set("base", b"b" * 100)
+        filler = {str(small_disk.filler)!r}
+        fill(filler)
+        os.truncate(filler, os.path.getsize(filler) - 300_000)
+        try:
+            with cache.transact():
+                try:
+                    for n in range(200):
+                        cache.set(("t", n), os.urandom(10_000))
+                except dc.DiskFullError:
+                    print("full after", n)
+                os.unlink(filler)
+                for name, value in (("after", b"a" * 50), ("big", b"g" * 200_000)):
+                    try:
+                        cache.set(name, value)
+                    except dc.DatabaseError as exc:
+                        print("refused", name, exc)
+        except dc.DatabaseError as exc:
+            print("block", exc)
+        else:
+            print("block committed")
+        cache.close()
+    """)
+    lines = out.splitlines()
+    assert lines[0].startswith("full after"), out
+    with dc.Cache(cache_dir) as cache:
+        if lines[-1] == "block committed":  # SQLite undid only the failed statement: all kept
+            assert cache.get("after") == b"a" * 50 and cache.get("big") == b"g" * 200_000
+            assert "refused" not in out
+        else:  # SQLite ended the transaction: nothing after it may commit on its own
+            assert "rolled back" in lines[-1], out
+            assert [line.split()[:2] for line in lines[1:-1]] == [["refused", "after"], ["refused", "big"]]
+            assert sorted(map(str, cache)) == ["base"]
+        assert cache.get("base") == b"b" * 100
+        assert cache.check() == []
