@@ -129,10 +129,14 @@ class Evictor:
             hits, misses = [value if type(value) is int and value >= 0 else 0 for value in stored]
             result = (hits + self.access.hits, misses + self.access.misses)
         if reset:
-            pending, _, _ = self.access.take()
-            with self.store.transaction() as state:
-                self.access.write(state.con, (pending, 0, 0))
-                state.execute(sql.RESET_HITS_MISSES)
+            batch = self.access.take()
+            try:
+                with self.store.transaction() as state:
+                    self.access.write(state.con, (batch[0], 0, 0))
+                    state.execute(sql.RESET_HITS_MISSES)
+            except BaseException:  # a Timeout, say: nothing was reset, nothing may be lost
+                self.access.give_back(batch)
+                raise
         return result
 
     # --- removals -------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ import time
 import pytest
 from store_helpers import WriteLockHolder, item_rows, wait_until
 
+import diskcache_core as dc
+
 BOOKKEEPING = [
     pytest.param({'eviction_policy': 'least-recently-used'}, id='lru'),
     pytest.param({'eviction_policy': 'least-frequently-used'}, id='lfu'),
@@ -122,6 +124,25 @@ def test_stats_while_write_lock_held(make_store):
         assert cache.stats() == (50, 1)
         assert time.monotonic() - started < timeout
     cache.close()
+
+
+def test_a_stats_reset_that_times_out_loses_no_count(make_store):
+    cache = make_store(statistics=True, timeout=0.05, eviction_policy='least-frequently-used')
+    cache.set('a', 1)
+    for _ in range(10):
+        cache.get('a')
+        cache.get('missing')
+    with WriteLockHolder(cache.directory):
+        with pytest.raises(dc.Timeout):
+            cache.stats(reset=True)
+    for _ in range(3):
+        cache.get('a')
+        cache.get('missing')
+    assert cache.stats(reset=True) == (13, 13)
+    assert cache.stats() == (0, 0)
+    cache.close()
+    ((count,),) = item_rows(cache.directory, 'access_count')
+    assert count == 13  # the reads the failed reset had taken out were written after all
 
 
 def test_lfu_access_count_in_database_after_close(make_store):
