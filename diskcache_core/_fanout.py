@@ -483,10 +483,7 @@ class FanoutCache(AsyncDataMixin):
 
     @contextlib.contextmanager
     def transact(self, retry: bool = True) -> Iterator[None]:
-        """Hold every shard's write lock (taken in shard order, so two callers cannot deadlock).
-
-        All shards roll back if the block raises; at its end they commit one by one, each
-        atomically (a crash in between leaves the earlier ones committed: docs/fanout.rst)."""
+        """Hold every shard's write lock, in shard order (no deadlock); shards commit one by one."""
         with contextlib.ExitStack() as stack:
             for shard in self._shards:
                 stack.enter_context(shard.transact(retry))
