@@ -4,6 +4,7 @@ One SQLite database indexes every item; small values live inline, large ones in 
 beside it. Safe across threads and processes, with no server to run.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._cache import Cache
@@ -76,11 +77,19 @@ __all__ = [
 ]
 
 
+# python-diskcache's modules, reached as attributes of the package (``diskcache.core.ENOVAL``)
+# by code that imports it under our name; each imported on first use.
+_PEER_MODULES = frozenset({"core", "djangocache", "fanout", "persistent", "recipes"})
+
+
 def __getattr__(name: str) -> Any:
     """``DjangoCache``, imported on first use (python-diskcache's README imports it from the
-    package): Django is imported only by code that uses it."""
+    package): Django is imported only by code that uses it. Likewise python-diskcache's module
+    names (`_PEER_MODULES`)."""
     if name == "DjangoCache":
         from .contrib.django import DjangoCache
 
         return DjangoCache
+    if name in _PEER_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

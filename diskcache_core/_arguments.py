@@ -9,8 +9,8 @@ import numbers
 from typing import Any
 
 __all__ = [
-    "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "check_bindable", "check_expire", "check_key",
-    "check_side", "check_tag", "check_text", "check_time", "check_timeout", "expire_at",
+    "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError", "check_bindable", "check_expire",
+    "check_key", "check_seconds", "check_side", "check_tag", "check_text", "check_time", "check_timeout", "expire_at",
     "key_range", "shape",
 ]  # fmt: skip
 
@@ -100,10 +100,23 @@ def key_range(prefix: str | None) -> tuple[Any, Any]:
     return prefix + "-000000000000000", prefix + "-999999999999999"
 
 
+class SideError(ValueError, KeyError):
+    """A queue side that is neither end: a ValueError, and the KeyError python-diskcache raises."""
+
+    __str__ = ValueError.__str__  # the message, not KeyError's quoted form
+
+
 def check_side(side: str, allowed: tuple[str, str]) -> str:
     if side not in allowed:
-        raise ValueError(f"side must be {allowed[0]!r} or {allowed[1]!r}, not {side!r}")
+        raise SideError(f"side must be {allowed[0]!r} or {allowed[1]!r}, not {side!r}")
     return side
+
+
+def check_seconds(name: str, value: Any) -> float:
+    """A duration given to a recipe: a real number of seconds (not bool, not NaN), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    return _seconds(name, value)
 
 
 def expire_at(now: float, expire: Any) -> float | None:

@@ -32,6 +32,8 @@ from ._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
     SettingAttribute,
+    check_disk_option,
+    setting_attribute,
     usable_stored_settings,
     validate_setting,
     validate_settings,
@@ -163,7 +165,7 @@ class CacheBase:
                 return self._counters["count"]
             rows = self._store.read(sql.SELECT_SETTING, (sql.row_name(key),))
             if not rows:
-                raise KeyError(f"no setting or counter named {key!r}")
+                raise ValueError(f"no setting or counter named {key!r}")
             value = rows[0][0]
             if key in self._counters:
                 self._counters[key] = value
@@ -176,6 +178,9 @@ class CacheBase:
         if key in CODE_ONLY_SETTINGS:
             raise ValueError(f"{key!r} comes from code only and cannot be stored")
         value = validate_setting(key, value)
+        if key.startswith("disk_"):
+            options = self._settings.disk_options(self._code_only)
+            check_disk_option(self._disk, self._directory, options, key, value)
         if update:
             with self._store.transaction(retry=True) as state:
                 for statement, params in sql.store_setting(key, value):
@@ -191,17 +196,19 @@ class CacheBase:
             self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         return value
 
+    if not TYPE_CHECKING:  # hidden from type checkers: a typo of any other name stays an error
+        def __getattr__(self, name: str) -> Any:  # any sqlite_*/disk_* setting, by name
+            return setting_attribute(self.__dict__.get("_settings"), self, name)
+
     def _reset_counter(self, key: str, value: Any, update: bool) -> int:
-        """Store a counter's value, as python-diskcache's ``reset`` does (``check(fix=True)``
-        recounts ``count`` and ``size`` from the items)."""
+        """Store a counter's value, as python-diskcache's ``reset`` does (`check` recounts)."""
         number = whole_number(key, value, what="counter")
         if update:
             self._store.write(sql.STORE_SETTING, (sql.row_name(key), number), retry=True)
         self._counters[key] = number
         return number
 
-    # python-diskcache's counter attributes: their values when the cache was opened, or at the
-    # last ``reset(name)`` (stale by design; prefer len(), stats() and volume()).
+    # python-diskcache's counters as when opened or last ``reset(name)`` (stale by design).
 
     @property
     def count(self) -> int:

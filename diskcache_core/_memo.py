@@ -203,6 +203,18 @@ def make_key(
     return "[" + text + "]"
 
 
+def args_to_key(
+    base: tuple[str] | str, args: tuple[Any, ...], kwargs: dict[str, Any], typed: bool,
+    ignore: Iterable[int | str],
+) -> str:
+    """python-diskcache's name and signature for `make_key`: the key ``memoize`` stores for a
+    call, its `base` the one-item tuple of the function's name (or that name)."""
+    name = base[0] if type(base) is tuple and len(base) == 1 else base
+    if type(name) is not str:
+        raise TypeError(f"base must be a function's name or a one-item tuple of it, not {base!r}")
+    return make_key(name, args, kwargs, typed, ignore)
+
+
 # --- what every memoized function shares -------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._arguments import check_seconds
 from ._disk import DELETE, KEEP
 
 if TYPE_CHECKING:
@@ -90,11 +91,20 @@ def backoff_delays(first: float = FIRST_DELAY, cap: float = MAX_DELAY) -> Iterat
         delay = min(delay * 2, cap)
 
 
+def _lease(expire: Any) -> float | None:
+    """A lock's or lease's `expire`: None (held until released) or seconds > 0 — a hold that
+    has expired as it is taken excludes nobody."""
+    if expire is not None and not check_seconds("expire", expire) > 0:
+        raise ValueError(f"expire must be > 0 seconds or None, not {expire!r}")
+    lease: float | None = expire
+    return lease
+
+
 def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) -> bool:
     """Call `attempt` until it returns True, sleeping with backoff; False on timeout."""
     if not blocking and timeout is not None:
         raise ValueError("cannot specify a timeout for a non-blocking acquire")
-    if timeout is not None and timeout < 0:
+    if timeout is not None and check_seconds("timeout", timeout) < 0:
         raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
     if attempt():
         return True
@@ -184,7 +194,7 @@ class Lock:
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
         self._cache = cache
         self._key = key
-        self._expire = expire
+        self._expire = _lease(expire)
         self._tag = tag
         self._tokens: dict[int, str] = {}  # thread ident -> the token its acquisition holds
 
@@ -260,7 +270,7 @@ class RLock:
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
         self._cache = cache
         self._key = key
-        self._expire = expire
+        self._expire = _lease(expire)
         self._tag = tag
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
@@ -326,7 +336,7 @@ class BoundedSemaphore:
         self._cache = cache
         self._key = key
         self._value = value
-        self._expire = expire
+        self._expire = _lease(expire)
         self._tag = tag
         self._tokens: list[str] = []  # leases this object holds, newest last
 
@@ -458,6 +468,7 @@ def barrier(
     """Decorator: calls to the function hold a lock (``Lock``, ``RLock``, ``BoundedSemaphore``
     or any factory ``lock_factory(cache, key, expire=, tag=)``), so they run one at a time
     (or `value` at a time) across threads and processes."""
+    _lease(expire)
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name

@@ -164,6 +164,7 @@ CODE_ONLY_SETTINGS = frozenset(
 )
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INT64_MAX = 2**63 - 1
 
 
 def whole_number(
@@ -183,6 +184,8 @@ def whole_number(
             raise TypeError(f"{what} {name!r} must be an int, not {kind}: {value!r}")
         value = int(value)
     number: int = value
+    if maximum is None or maximum > _INT64_MAX:
+        maximum = _INT64_MAX  # what an SQLite INTEGER holds
     if minimum is not None and number < minimum:
         raise ValueError(f"{what} {name!r} must be >= {minimum}, got {number}")
     if maximum is not None and number > maximum:
@@ -257,6 +260,10 @@ def _pragma(name: str, value: Any) -> Any:
     # and bare words.
     if not _IDENTIFIER.match(name[len("sqlite_"):]):
         raise ValueError(f"invalid SQLite pragma name in setting {name!r}")
+    if type(value) is int and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+        raise ValueError(f"setting {name!r} must fit in 64 bits, not {value!r}")
+    if type(value) is float and not math.isfinite(value):
+        raise ValueError(f"setting {name!r} must be a finite number, not {value!r}")
     if type(value) in (int, float) or (type(value) is str and _IDENTIFIER.match(value)):
         return value
     raise ValueError(f"setting {name!r} must be a number or a bare word, not {value!r}")
@@ -379,3 +386,26 @@ class SettingAttribute(Generic[T]):
 
     def __set__(self, instance: object, value: T) -> None:
         getattr(instance, "_apply_setting")(self.name, value)
+
+
+def setting_attribute(settings: Settings | None, owner: object, name: str) -> Any:
+    """A cache's attribute `name` when no other is: a ``sqlite_*`` or ``disk_*`` setting it was
+    given by name (a pragma, a custom Disk's option), as python-diskcache makes each setting."""
+    if settings is not None and name.startswith(("sqlite_", "disk_")):
+        try:
+            return settings.get(name)
+        except KeyError:
+            pass
+    raise AttributeError(f"{type(owner).__name__!r} object has no attribute {name!r}")
+
+
+def check_disk_option(
+    disk: Any, directory: str, options: dict[str, Any], key: str, value: Any
+) -> None:
+    """Refuse (ValueError) a ``disk_*`` option the cache's Disk does not take, before it is
+    stored: every later open passes the stored options to the Disk's constructor."""
+    options = {**options, key[len("disk_"):]: value}
+    try:
+        type(disk)(directory, **options)
+    except TypeError as exc:
+        raise ValueError(f"{type(disk).__name__} refuses {key!r}: {exc}") from exc

@@ -17,6 +17,8 @@ from ._disk import (
     JSONDisk,
 )
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
+from ._memo import args_to_key
+from ._recipes import full_name
 from ._schema import DBNAME, EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
@@ -37,4 +39,6 @@ __all__ = [
     "JSONDisk",
     "Timeout",
     "UnknownFileWarning",
+    "args_to_key",
+    "full_name",
 ]

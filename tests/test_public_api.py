@@ -277,3 +277,36 @@ def test_code_written_for_python_diskcache_runs_unchanged(tmp_path):
     result = _run_python(TUTORIAL, str(tmp_path / 'tutorial'), str(tmp_path / 'json'))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == 'ok'
+
+
+def test_python_diskcaches_modules_are_attributes_of_the_package(tmp_path):
+    result = _run_python(
+        'import diskcache_core as diskcache\n'
+        'assert diskcache.core.ENOVAL is diskcache.ENOVAL\n'
+        'assert diskcache.persistent.Deque is diskcache.Deque\n'
+        'assert diskcache.fanout.FanoutCache is diskcache.FanoutCache\n'
+        'assert diskcache.recipes.Lock is diskcache.Lock\n'
+        'from diskcache_core.core import args_to_key, full_name\n'
+        f'cache = diskcache.Cache({str(tmp_path)!r})\n'
+        '@cache.memoize()\n'
+        'def f(a, b=2):\n'
+        '    return a + b\n'
+        'f(1, b=3)\n'
+        'key = args_to_key((full_name(f.__wrapped__),), (1,), {"b": 3}, False, set())\n'
+        'assert key == f.__cache_key__(1, b=3) and cache[key] == 4\n'
+        'try:\n'
+        '    diskcache.no_such_module\n'
+        'except AttributeError:\n'
+        '    print("ok")\n'
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == 'ok'
+
+
+def test_a_bad_queue_side_is_a_value_error_and_python_diskcaches_key_error(tmp_path):
+    with dc.Cache(tmp_path) as cache:
+        for call in (lambda: cache.push(1, side='middle'), lambda: cache.pull(side='left')):
+            with pytest.raises(ValueError, match="side must be 'back' or 'front'|side must be"):
+                call()
+            with pytest.raises(KeyError):
+                call()

@@ -543,3 +543,34 @@ def test_a_semaphore_reads_the_count_python_diskcache_left(cache):
     cache.set('sem', 'not a semaphore')
     with pytest.raises(TypeError, match="not a semaphore's leases"):
         semaphore.acquire(blocking=False)
+
+
+@pytest.mark.parametrize('kind', [Lock, RLock, BoundedSemaphore])
+def test_a_hold_that_would_expire_as_it_is_taken_is_refused(cache, kind):
+    for expire in (0, -1, float('nan')):
+        with pytest.raises(ValueError, match='expire'):
+            kind(cache, 'held', expire=expire)
+    with pytest.raises(TypeError):
+        kind(cache, 'held', expire='60')
+    with pytest.raises(ValueError, match='expire'):
+        barrier(cache, Lock, expire=0)
+
+
+@pytest.mark.parametrize('kind', [Lock, RLock, BoundedSemaphore])
+def test_a_nan_timeout_is_refused_not_waited_on_for_ever(cache, kind):
+    holder = kind(cache, 'busy') if kind is not BoundedSemaphore else kind(cache, 'busy', value=1)
+    assert holder.acquire()
+    waiter = kind(cache, 'busy') if kind is not BoundedSemaphore else kind(cache, 'busy', value=1)
+    result: list[object] = []
+
+    def wait() -> None:
+        try:
+            result.append(waiter.acquire(timeout=float('nan')))
+        except ValueError as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert len(result) == 1 and isinstance(result[0], ValueError), result
+    holder.release()

@@ -431,3 +431,42 @@ def test_a_rollback_journal_mode_is_in_force_on_every_connection(tmp_path, mode)
     reader = dc.Cache(str(tmp_path / "cache"), read_only=True)
     assert reader.get("key") == "value"
     reader.close()
+
+
+def test_a_disk_option_the_disk_does_not_take_is_refused_not_stored(tmp_path):
+    cache = dc.Cache(tmp_path)
+    cache.set('k', 'v')
+    with pytest.raises(ValueError, match='disk_min_filesize'):
+        cache.reset('disk_min_filesize', 1024)  # a typo of disk_min_file_size
+    assert cache.reset('disk_min_file_size', 1024) == 1024
+    cache.close()
+    with dc.Cache(tmp_path) as reopened:  # the directory still opens
+        assert reopened.get('k') == 'v' and reopened.disk_min_file_size == 1024
+    with pytest.raises(ValueError, match='no setting'):
+        reopened.reset('no_such_setting')
+
+
+@pytest.mark.parametrize('settings', [{'size_limit': 2**63}, {'cull_limit': 1e308}, {'sqlite_cache_size': 2**64}])
+def test_settings_beyond_64_bits_are_refused_before_any_file(tmp_path, settings):
+    with pytest.raises(ValueError, match='64 bits|<= 9223372036854775807'):
+        dc.Cache(tmp_path / 'new', **settings)
+    assert not (tmp_path / 'new').exists()
+    with dc.Cache(tmp_path / 'old') as cache:
+        name, value = next(iter(settings.items()))
+        with pytest.raises(ValueError):
+            cache.reset(name, value)
+
+
+def test_extra_sqlite_and_disk_settings_are_attributes(tmp_path):
+    class OwnDisk(dc.Disk):
+        def __init__(self, directory, level=1, **options):
+            super().__init__(directory, **options)
+            self.level = level
+
+    with dc.Cache(tmp_path, disk=OwnDisk, sqlite_foreign_keys=1, disk_level=3) as cache:
+        assert cache.sqlite_foreign_keys == 1 and cache.disk_level == 3
+        assert cache.disk.level == 3
+        with pytest.raises(AttributeError):
+            cache.sqlite_no_such_pragma
+        with pytest.raises(AttributeError):
+            cache.no_such_attribute
