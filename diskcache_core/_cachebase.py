@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import os.path as op
 import warnings
-from typing import TYPE_CHECKING, Any, TypeVar
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import _checkpointer, _reaper
 from . import _schema as sql
@@ -88,11 +89,11 @@ class CacheBase:
         # len(): one row read where the database keeps the count, else a count of the rows.
         self._len_statement = sql.STORED_COUNT if opened.counted else sql.COUNT
         self._disk = opened.disk
-        # The lock handoff needs WAL: in other journal modes readers meet the lock too, and
-        # SQLite's busy handler must wait for them.
+        # The lock handoff needs WAL (elsewhere readers meet the lock too: SQLite's wait waits).
         wal = str(opened.settings.sqlite_journal_mode).lower() == "wal"
         handoff = lock_handoff(opened.pool.words) if wal else None
         self._store = Store(opened.pool, timeout, opened.disk, handoff)
+        opened.pool.rebinds.append(_memory_rebinder(self))
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
@@ -465,17 +466,16 @@ class CacheBase:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write batched bookkeeping, wait for released files to be removed, then close the
-        connections this Cache opened that no thread is using: this thread's, those of threads
-        that have finished, and the library's own idle worker threads'. Each reopens on next use.
+        """Write batched bookkeeping, wait for released files to be removed, empty the memory
+        tier, then close the connections this Cache opened that no thread is using: this
+        thread's, finished threads', the library's idle workers'. Each reopens on next use.
 
-        Another live thread's connection is closed by that thread's own close() (closing it under
-        a statement it may be running is not safe). Called inside this thread's transaction, it
-        closes this thread's connection when the transaction ends. The last close of a database
-        in any process removes its WAL (``-wal``) and ``-shm``.
-        """
+        Another live thread's connection is closed by that thread's own close(); inside this
+        thread's transaction, its connection closes when the transaction ends."""
         if self._remote is not None:
             self._remote.close()
+        elif self._memory is not None:  # a get after close() reads the database (made anew?)
+            self._memory.clear()
         try:
             self._evictor.flush_access_log()
         except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
@@ -499,3 +499,15 @@ class CacheBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._directory!r})"
+
+
+def _memory_rebinder(cache: CacheBase) -> Callable[[memoryview], None]:
+    """What `cache`'s memory tier does when the pool maps the version words anew."""
+    owner = weakref.ref(cache)
+
+    def rebind(words: memoryview) -> None:
+        live = owner()
+        if live is not None and live._remote is None and live._memory is not None:
+            live._memory.rebind(words)
+
+    return rebind

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import os.path as op
 import sqlite3
 import stat
 import threading
@@ -23,6 +24,7 @@ from typing import Any, Callable, Iterator
 from ._checkpointer import BACKSTOP_PAGES
 from ._errors import DatabaseError, ReadOnlyCacheWarning, is_busy, translate_sqlite_error
 from ._memory import change_recorder
+from ._ownership import ownership_of
 from ._schema import (
     NEW_VALUE_FUNCTION,
     RELEASE_FUNCTION,
@@ -32,6 +34,7 @@ from ._schema import (
     database_uri,
     set_pragma,
 )
+from ._versionfile import open_versions, versions_identity
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
 # Bytes of WAL kept after a checkpoint: a bulk write may grow it far beyond, but not for good.
@@ -117,8 +120,11 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # opening: the database cannot be read through a WAL index
-        # The memory tier's version words (see _versionfile); None while none is open.
+        # The memory tier's version words (see _versionfile); None while none is open. Their
+        # file's identity, and who is told when they are mapped anew (`_check_versions`).
         self.words: memoryview | None = None
+        self.words_identity: tuple[int, int] | None = None
+        self.rebinds: list[Callable[[memoryview], None]] = []
         _live_pools.add(self)
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
@@ -176,6 +182,7 @@ class ConnectionPool:
                 con.execute(statement)
             if self.words is None:
                 raise RuntimeError("the version file must be open before the first write connection")
+            self._check_versions()
             con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
@@ -185,6 +192,19 @@ class ConnectionPool:
             con.close()
             raise
         return state
+
+    def _check_versions(self) -> None:
+        """Before a new connection's triggers are bound to the version words: if the cache
+        directory was removed and made anew since they were mapped (this object closed, or a new
+        thread), the connection has opened the new database, whose writers bump the new version
+        file; map that, and tell the store and the memory tier (`rebinds`)."""
+        directory = op.dirname(self.path)
+        if versions_identity(directory) == self.words_identity:
+            return
+        words = open_versions(directory, ownership_of(self.path))
+        self.words, self.words_identity = words, versions_identity(directory)
+        for rebind in self.rebinds:
+            rebind(words)
 
     def configure(self, con: sqlite3.Connection) -> None:
         """Apply the per-connection settings to `con`."""

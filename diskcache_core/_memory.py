@@ -60,15 +60,8 @@ from typing import Any, NamedTuple
 from ._versionfile import BUCKETS, HEADER_WORDS
 
 __all__ = [
-    "ABSENT",
-    "Entry",
-    "Fill",
-    "MemoryStats",
-    "MemoryTier",
-    "change_recorder",
-    "pre_index",
-    "publish",
-]
+    "ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index", "publish",
+]  # fmt: skip
 
 _HEADER_WORDS = HEADER_WORDS
 _MASK = BUCKETS - 1
@@ -87,8 +80,8 @@ COMMON_HITS = 16
 REVIEW_MISSES = 1024
 SAMPLE_GAP = 7
 SAMPLED_REVIEW = 128
-# Values of these exact types are kept as they are and returned as the same object: they are
-# immutable. Any other value is kept serialized and decoded afresh on each hit.
+# Values of these exact (immutable) types are kept and returned as they are; any other value
+# is kept serialized, and decoded afresh on each hit.
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
 
 _crc32 = zlib.crc32
@@ -559,6 +552,11 @@ class MemoryTier:
             self._update_forget_after()
         self.forget()
 
+    def rebind(self, words: memoryview) -> None:
+        """Validate against new version words (the directory was made anew): forget all."""
+        self.words = words
+        self.clear()
+
     def set_limits(self, size_limit: int, item_limit: int) -> None:
         """New bounds; entries beyond them are evicted at once."""
         with self.lock:
@@ -578,8 +576,8 @@ class MemoryTier:
         return result
 
     def reset_after_fork(self) -> None:
-        # Another thread of the parent may have held the lock at the fork. The entries stay:
-        # the mapping is shared, so they are validated exactly as in the parent.
+        # Another thread of the parent may have held the lock at the fork. The entries stay
+        # (the mapping is shared: they are validated exactly as in the parent).
         self.lock = threading.Lock()
 
 

@@ -23,7 +23,7 @@ from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import DatabaseError, is_busy, translate_sqlite_error
-from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff
+from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
 from ._memory import publish
 from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
@@ -69,6 +69,7 @@ class Store:
         # The memory tier's version words (None where this process may only read), set when the
         # database was opened.
         self.words = pool.words
+        pool.rebinds.append(self._rebind)
         # Bytes written since the last size check, and the check (set by the eviction part).
         self.unchecked = 0
         self.check_every = 2**20
@@ -263,6 +264,12 @@ class Store:
             if self.unchecked >= self.check_every:
                 self.size_check()
         return published
+
+    def _rebind(self, words: memoryview) -> None:
+        """The pool mapped the version words anew (the directory was made anew): use those."""
+        self.words = words
+        if self.handoff is not None:
+            self.handoff = lock_handoff(words)
 
     def return_free_pages(self, pages: int, timeout: float | None = None) -> None:
         """Return up to `pages` free pages to the file system, in one transaction. Only a

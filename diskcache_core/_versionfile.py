@@ -21,7 +21,7 @@ import weakref
 from ._errors import DatabaseError, storage_error
 from ._ownership import PRIVATE, Ownership
 
-__all__ = ["BUCKETS", "FILE_SIZE", "HEADER_WORDS", "VERSION_FILE", "open_versions"]
+__all__ = ["BUCKETS", "FILE_SIZE", "HEADER_WORDS", "VERSION_FILE", "open_versions", "versions_identity"]
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
@@ -89,6 +89,15 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
         raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
     finally:
         os.close(fd)
+
+
+def versions_identity(directory: str) -> tuple[int, int] | None:
+    """(device, inode) of the version file in `directory` now; None when there is none."""
+    try:
+        info = os.stat(op.join(directory, VERSION_FILE))
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
 
 
 # Version words per file (device, inode), shared by the Caches of this process so that each file

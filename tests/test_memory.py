@@ -13,6 +13,7 @@ import io
 import mmap
 import multiprocessing
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -957,3 +958,31 @@ def test_lookup_is_the_rule_get_inlines(make_store):
     writer.set('key', 'two')  # another object's write invalidates the entry
     assert reader._memory.lookup('key') is None and reader._memory.lookup('key', touch=False) is None
     assert reader.get('key') == 'two'
+
+
+def test_an_object_that_outlives_its_directory_follows_the_one_made_anew(tmp_path):
+    # The directory is removed and made anew (by another Cache, or another process) while an
+    # object opened on it is closed: that object reconnects to the new database on next use,
+    # and its memory tier must follow the new version file with it, or each side keeps
+    # answering from memory what the other has since overwritten.
+    directory = tmp_path / 'cache'
+    old = dc.Cache(directory)
+    old.set('k', 'old')
+    assert old.get('k') == 'old' and old.get('k') == 'old'
+    old.close()
+    shutil.rmtree(directory)
+    new = dc.Cache(directory)
+    new.set('k', 'new')
+    assert [old.get('k') for _ in range(3)] == ['new'] * 3
+    new.set('k', 'new2')
+    assert [old.get('k') for _ in range(3)] == ['new2'] * 3
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(old.get('k')))
+    thread.start()
+    thread.join()
+    assert seen == ['new2']
+    old.set('k', 'from-old')
+    assert [new.get('k') for _ in range(3)] == ['from-old'] * 3
+    assert old.memory_stats().hits > 0  # the tier is on and answering, from the new file
+    old.close()
+    new.close()
