@@ -9,14 +9,14 @@ import numbers
 from typing import Any
 
 __all__ = [
-    "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError", "check_bindable", "check_expire",
-    "check_key", "check_seconds", "check_side", "check_tag", "check_text", "check_time", "check_timeout", "expire_at",
-    "key_range", "shape",
+    "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
+    "check_bindable", "check_expire", "check_key", "check_seconds", "check_side", "check_tag",
+    "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
 ]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)  # the range of an SQLite INTEGER
+INT64_MAX = 2**63 - 1
 QUEUE_BOUNDS = (0, 999999999999999)
 QUEUE_START = 500000000000000
 # sqlite3 hands SQLite the timeout as a C int of milliseconds: a larger one (or inf, or NaN)
@@ -66,7 +66,7 @@ def check_bindable(name: str, value: Any) -> None:
     if kind is str:
         if not value.isascii():
             check_text(name, value)
-    elif kind is int and not _INT64_MIN <= value <= _INT64_MAX:
+    elif kind is int and not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"{name} {value} is outside SQLite's 64-bit integer range")
 
 

@@ -201,10 +201,9 @@ class ConnectionPool:
         directory = op.dirname(self.path)
         if versions_identity(directory) == self.words_identity:
             return
-        words = open_versions(directory, ownership_of(self.path))
-        self.words, self.words_identity = words, versions_identity(directory)
+        self.words, self.words_identity = open_versions(directory, ownership_of(self.path))
         for rebind in self.rebinds:
-            rebind(words)
+            rebind(self.words)
 
     def configure(self, con: sqlite3.Connection) -> None:
         """Apply the per-connection settings to `con`."""

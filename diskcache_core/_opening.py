@@ -22,7 +22,7 @@ from ._disk import Disk
 from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
 from ._settings import PEER_ONLY_ROWS, Settings, usable_stored_settings
-from ._versionfile import open_versions, versions_identity
+from ._versionfile import open_versions
 
 __all__ = ["Opened", "open_database"]
 
@@ -121,8 +121,7 @@ def open_database(
         _retry_setup(lambda: sql.create_or_migrate(con, stored, wanted), setup_timeout)
         # Only once the directory is known to hold a cache database.
         ownership = disk.ownership = ownership_of(pool.path)
-        pool.words = open_versions(directory, ownership)
-        pool.words_identity = versions_identity(directory)
+        pool.words, pool.words_identity = open_versions(directory, ownership)
         return Opened(pool, settings, disk, ownership, _counters(stored), True)
     except sqlite3.Error as exc:
         raise translate_sqlite_error(exc, pool.path) from exc

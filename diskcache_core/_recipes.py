@@ -91,21 +91,22 @@ def backoff_delays(first: float = FIRST_DELAY, cap: float = MAX_DELAY) -> Iterat
         delay = min(delay * 2, cap)
 
 
-def _lease(expire: Any) -> float | None:
+def _lease(expire: float | None) -> float | None:
     """A lock's or lease's `expire`: None (held until released) or seconds > 0 — a hold that
     has expired as it is taken excludes nobody."""
     if expire is not None and not check_seconds("expire", expire) > 0:
         raise ValueError(f"expire must be > 0 seconds or None, not {expire!r}")
-    lease: float | None = expire
-    return lease
+    return expire
 
 
 def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) -> bool:
     """Call `attempt` until it returns True, sleeping with backoff; False on timeout."""
     if not blocking and timeout is not None:
         raise ValueError("cannot specify a timeout for a non-blocking acquire")
-    if timeout is not None and check_seconds("timeout", timeout) < 0:
-        raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
+    if timeout is not None:
+        timeout = check_seconds("timeout", timeout)  # (a float from here on)
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
     if attempt():
         return True
     if not blocking:

@@ -17,6 +17,7 @@ import sys
 import warnings
 from typing import Any, Callable, Generic, TypeVar, overload
 
+from ._arguments import INT64_MAX, INT64_MIN
 from ._disk import _CODEC_FACTORIES, _codec
 from ._errors import StoredSettingWarning
 from ._schema import EVICTION_POLICY, METADATA, POLICIES
@@ -164,7 +165,6 @@ CODE_ONLY_SETTINGS = frozenset(
 )
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INT64_MAX = 2**63 - 1
 
 
 def whole_number(
@@ -184,11 +184,11 @@ def whole_number(
             raise TypeError(f"{what} {name!r} must be an int, not {kind}: {value!r}")
         value = int(value)
     number: int = value
-    if maximum is None or maximum > _INT64_MAX:
-        maximum = _INT64_MAX  # what an SQLite INTEGER holds
+    if maximum is None or maximum > INT64_MAX:
+        maximum = INT64_MAX  # what an SQLite INTEGER holds
     if minimum is not None and number < minimum:
         raise ValueError(f"{what} {name!r} must be >= {minimum}, got {number}")
-    if maximum is not None and number > maximum:
+    if number > maximum:
         raise ValueError(f"{what} {name!r} must be <= {maximum}, got {number}")
     return number
 
@@ -260,7 +260,7 @@ def _pragma(name: str, value: Any) -> Any:
     # and bare words.
     if not _IDENTIFIER.match(name[len("sqlite_"):]):
         raise ValueError(f"invalid SQLite pragma name in setting {name!r}")
-    if type(value) is int and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"setting {name!r} must fit in 64 bits, not {value!r}")
     if type(value) is float and not math.isfinite(value):
         raise ValueError(f"setting {name!r} must be a finite number, not {value!r}")

@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator
 
 from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
@@ -133,17 +133,11 @@ class Store:
         counted towards the next size check.
         """
         try:
-            state: ThreadState = self.local.state
+            state: ThreadState = self.local.state  # inline: the hot path
         except AttributeError:
-            try:
-                state = self.pool.state(retry)
-            except BaseException:
-                if new_file is not None:
-                    self.remove_file(new_file)
-                raise
+            state = self._state_for(retry, new_file)
         if state.depth:
-            if not state.con.in_transaction:
-                self._refuse_in_aborted(state, new_file)
+            self._check_joinable(state, new_file)
             mark = len(state.released)
         else:
             mark = 0
@@ -185,13 +179,25 @@ class Store:
             self.remove_file(new_file)
         raise translate_sqlite_error(exc, self.pool.path) from exc
 
-    def _refuse_in_aborted(self, state: ThreadState, new_file: str | None) -> NoReturn:
-        """A write inside a transaction that SQLite has already rolled back (an error in it, a
-        full disk say, ended it): nothing more may run in it, or it would commit on its own."""
-        self._rollback(state)  # the bookkeeping of the rollback SQLite made (once: then empty)
-        if new_file is not None:
-            self.remove_file(new_file)
-        raise DatabaseError(_ABORTED)
+    def _state_for(self, retry: bool, new_file: str | None) -> ThreadState:
+        """This thread's state for a write or transaction that makes a row name `new_file`,
+        which is removed if no connection can be had."""
+        try:
+            return self.state(retry)
+        except BaseException:
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise
+
+    def _check_joinable(self, state: ThreadState, new_file: str | None) -> None:
+        """Before a statement or transaction joins this thread's open transaction: refuse it
+        if SQLite has rolled that back already (an error in it, a full disk say, ended it), or
+        it would commit on its own."""
+        if not state.con.in_transaction:
+            self._rollback(state)  # the bookkeeping of the rollback SQLite made (once)
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise DatabaseError(_ABORTED)
 
     def _when_free(
         self, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error, retry: bool,
@@ -310,15 +316,9 @@ class Store:
         Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
-        try:
-            state = self.state(retry)
-        except BaseException:
-            if new_file is not None:
-                self.remove_file(new_file)
-            raise
+        state = self._state_for(retry, new_file)
         if state.depth:
-            if not state.con.in_transaction:
-                self._refuse_in_aborted(state, new_file)
+            self._check_joinable(state, new_file)
             if new_file is not None:
                 state.created.append(new_file)  # the outer transaction's rollback removes it
             state.depth += 1
@@ -354,8 +354,7 @@ class Store:
             if state.inherited:  # neither committed nor rolled back here: the parent does that
                 raise DatabaseError(_FORKED)
             state.depth = 0
-            if not state.con.in_transaction:  # SQLite rolled it back after an error in it
-                self._refuse_in_aborted(state, None)
+            self._check_joinable(state, None)  # nothing to commit if SQLite rolled it back
             # Taken before COMMIT: once it has run, nothing may remove these files, not even a
             # rollback after a signal that lands right after it (they would be a committed row's).
             created, state.created = state.created, []

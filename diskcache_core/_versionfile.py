@@ -32,9 +32,12 @@ _IDENTITY = struct.pack("<8sQ", _MAGIC, BUCKETS)
 FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)
 
 
-def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
+def open_versions(
+    directory: str, ownership: Ownership = PRIVATE
+) -> tuple[memoryview, tuple[int, int]]:
     """The version words shared by every process using `directory` (a writable one: where this
-    process may only read, the memory tier stays off and nothing is opened).
+    process may only read, the memory tier stays off and nothing is opened), and their file's
+    (device, inode): `versions_identity` tells later whether the directory still holds it.
 
     The file is created if missing and its header checked; the creation
     and any repair only ever extend the file and write the same header bytes, so processes that
@@ -76,7 +79,7 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
                 os.fsync(fd)  # a power loss must not leave the name with no content
             words = _shared_words(identity)
             if words is not None:
-                return words
+                return words, identity
             # The mapping keeps a descriptor of its own (Python's mmap duplicates `fd`), and the
             # file's inode while it lives: ours is closed below.
             mapping = mmap.mmap(fd, FILE_SIZE, access=mmap.ACCESS_WRITE)  # shared, read-write
@@ -84,7 +87,7 @@ def open_versions(directory: str, ownership: Ownership = PRIVATE) -> memoryview:
             reference = weakref.ref(words)
             _mappings[identity] = reference
             weakref.finalize(words, _forget_mapping, identity, reference)
-            return words
+            return words, identity
     except OSError as exc:
         raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
     finally:
