@@ -34,7 +34,7 @@ from ._settings import (
     MEMORY_DEFAULTS,
     SettingAttribute,
     check_disk_option,
-    setting_attribute,
+    extra_attributes,
     usable_stored_settings,
     validate_setting,
     validate_settings,
@@ -85,6 +85,7 @@ class CacheBase:
         self._code_only = code_only  # kept when the cache is pickled
         opened = open_database(directory, timeout, disk, checked, code_only)
         self._settings = opened.settings
+        self.__dict__.update(extra_attributes(opened.settings))  # sqlite_*/disk_* given by name
         self._counters = opened.counters
         # len(): one row read where the database keeps the count, else a count of the rows.
         self._len_statement = sql.STORED_COUNT if opened.counted else sql.COUNT
@@ -151,6 +152,7 @@ class CacheBase:
             self._evictor.set_exact(value)
         else:
             self._settings.changed(name, value)
+            self.__dict__.update(extra_attributes(self._settings))
             if name.startswith("disk_"):
                 setattr(self._disk, name[len("disk_"):], value)
         return value
@@ -196,10 +198,6 @@ class CacheBase:
         elif key == "tag_index" and update:
             self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         return value
-
-    if not TYPE_CHECKING:  # hidden from type checkers: a typo of any other name stays an error
-        def __getattr__(self, name: str) -> Any:  # any sqlite_*/disk_* setting, by name
-            return setting_attribute(self.__dict__.get("_settings"), self, name)
 
     def _reset_counter(self, key: str, value: Any, update: bool) -> int:
         """Store a counter's value, as python-diskcache's ``reset`` does (`check` recounts)."""

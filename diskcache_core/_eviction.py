@@ -104,9 +104,11 @@ class Evictor:
         """Write this process's batched bookkeeping now; `timeout` replaces the cache's wait for
         the write lock for this call (the background flusher waits briefly, retries later)."""
         access = self.access
-        if not access.has_pending():
-            return
-        with access.flushing:  # `hits_misses` waits: the batch is counted nowhere meanwhile
+        # Taken first: a batch the background flusher took is written (or given back) before
+        # this returns. `hits_misses` waits too: a batch is counted nowhere meanwhile.
+        with access.flushing:
+            if not access.has_pending():
+                return
             parts = access.split(access.take(), _FLUSH_BATCH)
             for number, part in enumerate(parts):
                 try:

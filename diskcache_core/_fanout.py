@@ -46,7 +46,7 @@ from ._layout import placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
-from ._settings import DEFAULT_SETTINGS, MEMORY_DEFAULTS, validate_settings
+from ._settings import MEMORY_DEFAULTS, ShardSetting, validate_settings
 from ._persistent import Deque, Index
 from ._shards import check_share, memory_shares, open_shards, split_evenly
 from ._subcollections import SubCollections
@@ -96,7 +96,31 @@ def _evict_in_shares(shards: tuple[Cache, ...], count: int, retry: bool) -> int:
     return removed
 
 
-class FanoutCache(AsyncDataMixin):
+class ShardSettings:
+    """Each stored setting as an attribute of a FanoutCache, read from its first shard (the
+    shards share them; ``size_limit``, their total, is FanoutCache's own). Descriptors, not a
+    ``__getattr__``: a class with one loses CPython's fast attribute access on every ``self.``
+    of the hot path."""
+
+    tag_index = ShardSetting[int]("tag_index")
+    cull_limit = ShardSetting[int]("cull_limit")
+    exact_size_limit = ShardSetting[int]("exact_size_limit")
+    eviction_policy = ShardSetting[str]("eviction_policy")
+    statistics = ShardSetting[int]("statistics")
+    sqlite_auto_vacuum = ShardSetting[int]("sqlite_auto_vacuum")
+    sqlite_cache_size = ShardSetting[int]("sqlite_cache_size")
+    sqlite_journal_mode = ShardSetting[str]("sqlite_journal_mode")
+    sqlite_mmap_size = ShardSetting[int]("sqlite_mmap_size")
+    sqlite_secure_delete = ShardSetting[int]("sqlite_secure_delete")
+    sqlite_synchronous = ShardSetting[int]("sqlite_synchronous")
+    disk_min_file_size = ShardSetting[int]("disk_min_file_size")
+    disk_pickle_protocol = ShardSetting[int]("disk_pickle_protocol")
+    disk_compress = ShardSetting["str | None"]("disk_compress")
+    disk_compress_level = ShardSetting["int | None"]("disk_compress_level")
+    disk_compress_threshold = ShardSetting[int]("disk_compress_threshold")
+
+
+class FanoutCache(ShardSettings, AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
     Writes that cannot take their shard's lock within `timeout` give up and say so in their
@@ -188,12 +212,6 @@ class FanoutCache(AsyncDataMixin):
         """
         if type(value) in (bytes, str):
             check_share(len(value), self._place(key).size_limit)
-
-    def __getattr__(self, name: str) -> Any:
-        # Settings read through to shard 0, as in python-diskcache (all shards share them).
-        if name in DEFAULT_SETTINGS:
-            return getattr(self._shards[0], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _on_shard(self, gave_up: R, method: str, key: Any, /, *args: Any) -> R:
         """`method` of `key`'s shard; `gave_up` when the shard stayed busy.

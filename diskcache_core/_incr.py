@@ -78,9 +78,8 @@ def _increment_in_python(
                 raise KeyError(key)
             value = default + delta
             size, mode, filename, db_value = disk.store(value, False, key=key)
-            if filename is not None:
-                state.created.append(filename)
-            state.execute(sql.UPSERT, (db_key, raw, now, None, None, size, mode, filename, db_value))
+            params = (db_key, raw, now, None, None, size, mode, filename, db_value)
+            store.execute_naming(state, filename, sql.UPSERT, params)
             return value
         rowid, _, mode, filename, db_value = row
         current = disk.fetch(mode, filename, db_value, False)
@@ -91,7 +90,6 @@ def _increment_in_python(
             )
         value = current + delta
         size, mode, new_file, db_value = disk.store(value, False, key=key)
-        if new_file is not None:
-            state.created.append(new_file)
-        state.execute(sql.UPDATE_VALUE, (now, size, mode, new_file, db_value, rowid))
+        update = (now, size, mode, new_file, db_value, rowid)
+        store.execute_naming(state, new_file, sql.UPDATE_VALUE, update)
         return value

@@ -31,6 +31,7 @@ __all__ = [
     "PERSISTENT_PRAGMAS",
     "Settings",
     "SettingAttribute",
+    "ShardSetting",
     "usable_stored_settings",
     "validate_setting",
     "validate_settings",
@@ -388,15 +389,37 @@ class SettingAttribute(Generic[T]):
         getattr(instance, "_apply_setting")(self.name, value)
 
 
-def setting_attribute(settings: Settings | None, owner: object, name: str) -> Any:
-    """A cache's attribute `name` when no other is: a ``sqlite_*`` or ``disk_*`` setting it was
-    given by name (a pragma, a custom Disk's option), as python-diskcache makes each setting."""
-    if settings is not None and name.startswith(("sqlite_", "disk_")):
-        try:
-            return settings.get(name)
-        except KeyError:
-            pass
-    raise AttributeError(f"{type(owner).__name__!r} object has no attribute {name!r}")
+class ShardSetting(Generic[T]):
+    """A FanoutCache attribute showing one setting of its first shard: the shards share their
+    settings, as python-diskcache's do. Read only (assigning it makes a plain attribute of that
+    object, as in python-diskcache); ``FanoutCache.reset`` changes a setting on every shard."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"The ``{name}`` setting, as every shard has it (see :doc:`cache`)."
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> "ShardSetting[T]": ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type[Any]) -> "T | ShardSetting[T]":
+        if instance is None:
+            return self
+        value: T = getattr(getattr(instance, "shards")[0], self.name)
+        return value
+
+
+def extra_attributes(settings: Settings) -> dict[str, Any]:
+    """The ``sqlite_*`` and ``disk_*`` settings no field names (a pragma, a custom Disk's option),
+    as attributes of a cache object: python-diskcache makes each setting one. Set in the
+    instance's dict, not found by a ``__getattr__``: a class with one loses CPython's fast
+    attribute access on every ``self.`` of the hot path."""
+    return {
+        name: value for name, value in settings.extra.items()
+        if name.startswith(("sqlite_", "disk_")) and name.isidentifier()
+    }
 
 
 def check_disk_option(

@@ -298,6 +298,21 @@ class Store:
         """Remove a value file no committed row names, now."""
         _reaper.remove_now(self.disk, name)
 
+    def execute_naming(
+        self, state: ThreadState, new_file: str | None, statement: str, params: Any
+    ) -> sqlite3.Cursor:
+        """Run a statement of an open transaction that makes a row name `new_file`, a value file
+        just written: the transaction's rollback removes the file, and so does the statement's
+        failure (a caller inside ``transact()`` may catch it and still commit)."""
+        if new_file is not None:
+            state.created.append(new_file)
+        try:
+            return state.execute(statement, params)
+        except Exception:
+            if new_file is not None:
+                self.forget_new_file(new_file)
+            raise
+
     def forget_new_file(self, filename: str) -> None:
         """A value file written for a row that was not stored after all."""
         state = self.state()

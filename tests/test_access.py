@@ -253,3 +253,34 @@ def test_a_large_batch_is_written_in_parts_and_a_failed_part_is_kept(make_store,
     counts = dict(item_rows(cache.directory, 'key, access_count'))
     assert all(counts[key] == 1 for key in keys)
     assert cache.stats() == (100, 1)  # the hits and misses went with the first part, once
+
+
+def test_flush_access_log_waits_for_a_batch_the_background_flusher_took(tmp_path):
+    import threading
+
+    reader = dc.Cache(tmp_path, statistics=True, memory_size_limit=0)
+    other = dc.Cache(tmp_path, memory_size_limit=0)
+    for _ in range(5):
+        reader.get('missing')
+    access = reader._evictor.access
+    seen = []
+    started = threading.Event()
+
+    def flush_then_look():
+        started.set()
+        reader.flush_access_log()
+        seen.append(other.stats(enable=True))
+
+    # Stand in for the background flusher between taking the batch and writing it.
+    with access.flushing:
+        batch = access.take()
+        thread = threading.Thread(target=flush_then_look)
+        thread.start()
+        started.wait(10)
+        time.sleep(0.05)  # (only lets the old code return early: no bound is asserted)
+        with reader._store.transaction() as state:
+            access.write(state.con, batch)
+    thread.join(30)
+    assert seen == [(0, 5)]
+    reader.close()
+    other.close()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import diskcache_core
-from store_helpers import files_settle_to, value_files
+from store_helpers import files_settle_to, unnamed_files, value_files
 
 START = 500000000000000
 BIG = 300_000
@@ -235,3 +235,20 @@ def test_a_push_whose_next_key_is_an_items_key_raises_valueerror(cache):
         cache.push(b'x' * 100_000, side='front')  # a value file, removed with the rollback
     assert cache.push('back') == 2 and cache.get(0).startswith('set directly')
     assert len(cache) == 3
+
+
+def test_a_push_that_fails_inside_a_committed_transaction_leaves_no_value_file(cache):
+    # The caller catches the push's error and the transaction goes on to commit: no row names
+    # the value file the push wrote, so it must go with the failed statement, not with a
+    # rollback that never comes.
+    if not hasattr(cache, 'push'):
+        pytest.skip('FanoutCache has no queue')
+    cache.set(0, 'set directly, below the queue range')
+    cache.set(1.0, 'set directly, in the queue range')
+    with cache.transact():
+        with pytest.raises(ValueError, match='is an item'):
+            cache.push(b'x' * 100_000, side='front')
+        cache.set('after', 'the block goes on')
+    assert cache.get('after') == 'the block goes on'
+    assert unnamed_files(cache.directory) == set()
+    assert cache.check() == []

@@ -470,3 +470,34 @@ def test_extra_sqlite_and_disk_settings_are_attributes(tmp_path):
             cache.sqlite_no_such_pragma
         with pytest.raises(AttributeError):
             cache.no_such_attribute
+
+
+def test_extra_settings_stay_attributes_after_reset_and_reopen(tmp_path):
+    with dc.Cache(tmp_path, sqlite_foreign_keys=1) as cache:
+        cache.reset('sqlite_foreign_keys', 0)
+        assert cache.sqlite_foreign_keys == 0
+    with dc.Cache(tmp_path) as cache:  # not given again: the stored value
+        assert cache.sqlite_foreign_keys == 0
+        assert cache.reset('sqlite_foreign_keys') == 0
+
+
+def test_fanout_cache_shows_every_setting_of_its_shards(tmp_path):
+    with dc.FanoutCache(
+        tmp_path, shards=2, eviction_policy='least-recently-used', cull_limit=3,
+        disk_min_file_size=1000,
+    ) as cache:
+        for key in set(dc.DEFAULT_SETTINGS) - {'size_limit'}:  # the shards' total
+            assert getattr(cache, key) == getattr(cache.shards[0], key), key
+        assert cache.eviction_policy == 'least-recently-used' and cache.cull_limit == 3
+        cache.reset('cull_limit', 5)
+        assert cache.cull_limit == 5
+        assert cache.size_limit == sum(shard.size_limit for shard in cache.shards)
+        with pytest.raises(AttributeError):
+            cache.no_such_attribute
+
+
+@pytest.mark.parametrize('cls', [dc.Cache, dc.FanoutCache, dc.Deque, dc.Index])
+def test_no_cache_class_has_a_getattr_hook(cls):
+    # A class with __getattr__ loses CPython's specialized attribute loads on every `self.`
+    # of get and set (measured: a memory-tier hit cost 16% more instructions with one).
+    assert not [k for k in cls.__mro__ if '__getattr__' in vars(k)]
