@@ -42,6 +42,7 @@ __all__ = [
     "UnsafePickleError",
     "UnsafeValueFileError",
     "is_busy",
+    "is_readonly_rollback",
     "storage_error",
     "translate_sqlite_error",
 ]
@@ -126,6 +127,15 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def is_readonly_rollback(exc: sqlite3.Error) -> bool:
+    """True for SQLITE_READONLY_ROLLBACK: a reader that may not write found a rollback journal
+    it took for hot. A live writer's journal can look hot for a moment in SQLite's check (seen
+    under load), so a read-only read waits for it as for a lock; one left by a writer that
+    died mid-commit stays until a process that can write opens the cache."""
+    return getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_ROLLBACK
+
+
+_SQLITE_READONLY_ROLLBACK = 8 | (3 << 8)
 _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
 _NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _LOW_SPACE = 64 * 1024  # bytes: below this, an I/O failure is taken for a full disk

@@ -22,7 +22,7 @@ from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, ConnectionPool, ThreadState
 from ._disk import Disk
-from ._errors import DatabaseError, is_busy, translate_sqlite_error
+from ._errors import DatabaseError, is_busy, is_readonly_rollback, translate_sqlite_error
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
 from ._memory import publish
 from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
@@ -112,7 +112,9 @@ class Store:
             rows: list[Any] = self.pool.state().execute(statement, params).fetchall()
             return rows
         deadline = time.monotonic() + self.timeout
-        while is_busy(exc) and (retry or time.monotonic() < deadline):
+        while (is_busy(exc) or is_readonly_rollback(exc)) and (
+            retry or time.monotonic() < deadline
+        ):
             time.sleep(0.001)
             try:
                 rows = self.state(retry).execute(statement, params).fetchall()
