@@ -79,7 +79,7 @@ def _increment_in_python(
             value = default + delta
             size, mode, filename, db_value = disk.store(value, False, key=key)
             params = (db_key, raw, now, None, None, size, mode, filename, db_value)
-            store.execute_naming(state, filename, sql.UPSERT, params)
+            store.write(sql.UPSERT, params, retry, filename)  # joins the transaction
             return value
         rowid, _, mode, filename, db_value = row
         current = disk.fetch(mode, filename, db_value, False)
@@ -91,5 +91,5 @@ def _increment_in_python(
         value = current + delta
         size, mode, new_file, db_value = disk.store(value, False, key=key)
         update = (now, size, mode, new_file, db_value, rowid)
-        store.execute_naming(state, new_file, sql.UPDATE_VALUE, update)
+        store.write(sql.UPDATE_VALUE, update, retry, new_file)
         return value

@@ -54,29 +54,24 @@ class Queues:
             tag = check_tag(tag)
         size, mode, filename, db_value = self._disk.store(value, read)
         with self._store.transaction(retry, new_file=filename) as state:
+            row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
+            if row is None:
+                number = QUEUE_START
+            else:
+                last = row[0]
+                number = last if prefix is None else int(last[last.rfind("-") + 1:])
+                number += 1 if side == "back" else -1
+            db_key = number if prefix is None else f"{prefix}-{number:015d}"
             try:
-                row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
-                if row is None:
-                    number = QUEUE_START
-                else:
-                    last = row[0]
-                    number = last if prefix is None else int(last[last.rfind("-") + 1:])
-                    number += 1 if side == "back" else -1
-                db_key = number if prefix is None else f"{prefix}-{number:015d}"
-                try:
-                    state.execute(sql.INSERT, (db_key, 1, now, expires, tag, size, mode, filename, db_value))
-                except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
-                    check_bindable("value", db_value)  # (the rollback removes any value file)
-                    raise
-                except sqlite3.IntegrityError:  # an item set under the key the queue needs next
-                    raise ValueError(
-                        f"cannot push to the {side} of queue {prefix!r}: its next key, {db_key!r},"
-                        " is an item's key (set directly, outside the queue's range)"
-                    ) from None
-            except Exception:  # no row names the file: a caller in transact() may still commit
-                if filename is not None:
-                    self._store.forget_new_file(filename)
+                state.execute(sql.INSERT, (db_key, 1, now, expires, tag, size, mode, filename, db_value))
+            except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value
+                check_bindable("value", db_value)  # (the transaction removes the value file)
                 raise
+            except sqlite3.IntegrityError:  # an item set under the key the queue needs next
+                raise ValueError(
+                    f"cannot push to the {side} of queue {prefix!r}: its next key, {db_key!r},"
+                    " is an item's key (set directly, outside the queue's range)"
+                ) from None
             state.charge += max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
         return db_key
 

@@ -300,21 +300,6 @@ class Store:
         """Remove a value file no committed row names, now."""
         _reaper.remove_now(self.disk, name)
 
-    def execute_naming(
-        self, state: ThreadState, new_file: str | None, statement: str, params: Any
-    ) -> sqlite3.Cursor:
-        """Run a statement of an open transaction that makes a row name `new_file`, a value file
-        just written: the transaction's rollback removes the file, and so does the statement's
-        failure (a caller inside ``transact()`` may catch it and still commit)."""
-        if new_file is not None:
-            state.created.append(new_file)
-        try:
-            return state.execute(statement, params)
-        except Exception:
-            if new_file is not None:
-                self.forget_new_file(new_file)
-            raise
-
     def forget_new_file(self, filename: str) -> None:
         """A value file written for a row that was not stored after all."""
         state = self.state()
@@ -330,6 +315,9 @@ class Store:
     ) -> Iterator[ThreadState]:
         """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer.
 
+        `new_file` is the value file the block's last statement makes a row name: removed if
+        the block raises, even when it joined an outer transaction that goes on to commit.
+
         Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
@@ -341,6 +329,10 @@ class Store:
             state.depth += 1
             try:
                 yield state
+            except Exception:
+                if new_file is not None:  # the block failed: no row names it, and the outer
+                    self.forget_new_file(new_file)  # transaction may still commit
+                raise
             finally:
                 state.depth -= 1
             return
