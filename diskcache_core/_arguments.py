@@ -112,11 +112,12 @@ def check_side(side: str, allowed: tuple[str, str]) -> str:
     return side
 
 
-def check_seconds(name: str, value: Any) -> float:
-    """A duration given to a recipe: a real number of seconds (not bool, not NaN), as a float."""
+def check_seconds(name: str, value: Any, unit: str = "seconds") -> float:
+    """A duration given to a recipe: a real number of seconds (not bool, not NaN), as a float.
+    (`unit` names what else such a number counts, for the message.)"""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    return _seconds(name, value)
+        raise TypeError(f"{name} must be a number of {unit}, not {type(value).__name__}")
+    return float_seconds(name, value)
 
 
 def expire_at(now: float, expire: Any) -> float | None:
@@ -128,11 +129,12 @@ def expire_at(now: float, expire: Any) -> float | None:
         return None
     if type(expire) not in (int, float) and not isinstance(expire, numbers.Real):
         raise TypeError(f"expire must be a number of seconds or None, not {type(expire).__name__}")
-    return now + _seconds("expire", expire, ": SQLite would store it as 'never expires'")
+    return now + float_seconds("expire", expire, ": SQLite would store it as 'never expires'")
 
 
-def _seconds(name: str, value: Any, why_not_nan: str = "") -> float:
-    """`value` (a real number) as a float: ValueError naming `name` when too large, or NaN."""
+def float_seconds(name: str, value: Any, why_not_nan: str = "") -> float:
+    """`value` (a real number) as a float: ValueError naming `name` when too large, or NaN
+    (where ``float()`` would raise OverflowError, which names nothing)."""
     try:
         seconds = float(value)
     except OverflowError:
@@ -151,7 +153,7 @@ def check_time(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         kind = type(value).__name__
         raise TypeError(f"{name} must be a time in seconds since the epoch, not {kind}: {value!r}")
-    return _seconds(name, value)
+    return float_seconds(name, value)
 
 
 def check_expire(expire: Any) -> None:

@@ -422,13 +422,17 @@ def throttle(
     until one is available. A missing item is a full bucket, so a fresh cache starts with a
     burst of `count` calls (as python-diskcache's does after decoration).
     """
-    if not (0 < count < math.inf and 0 < seconds < math.inf):  # NaN too
-        raise ValueError(f"throttle needs finite count > 0 and seconds > 0, not {count!r}, {seconds!r}")
-    rate = count / float(seconds)
+    calls, period = check_seconds("count", count, "calls"), check_seconds("seconds", seconds)
+    rate = calls / period if 0 < calls < math.inf and 0 < period < math.inf else 0.0  # NaN too
+    if not 0 < rate < math.inf:  # (a rate of 0 would never let a call through)
+        raise ValueError(
+            f"throttle needs finite count > 0 and seconds > 0 with a rate a float can hold, "
+            f"not {count!r}, {seconds!r}"
+        )
     # A call takes one token when the bucket holds one, or is full (a `count` below 1: a call
     # every 1 / rate seconds). The margin absorbs float rounding: a wait of 1e-14 s would not
     # move a clock that reads 1000.4 (and a clock that does not move waits for ever).
-    needed = min(1.0, float(count))
+    needed = min(1.0, calls)
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name
@@ -439,12 +443,12 @@ def throttle(
 
             def take(current: tuple[float, float]) -> tuple[Any, float]:
                 last, stored = current
-                tokens: float = min(count, stored + (now - last) * rate)
+                tokens: float = min(calls, stored + (now - last) * rate)
                 if tokens >= needed - 1e-9:
                     return (now, tokens - 1), 0.0
                 return KEEP, (needed - tokens) / rate
 
-            return float(_change(cache, key, take, (now, count), expire, tag))
+            return float(_change(cache, key, take, (now, calls), expire, tag))
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:

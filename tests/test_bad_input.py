@@ -471,3 +471,18 @@ def test_django_refuses_bad_tags_and_nan_timeouts(django_cache):
         django_cache.memoize(timeout=NAN)
     assert_empty(django_cache.fanout)
 
+
+def test_django_refuses_a_timeout_too_large_for_a_float_naming_it(django_cache):
+    writes: list[Callable[[], Any]] = [
+        lambda: django_cache.set("key", 1, timeout=10**400),
+        lambda: django_cache.add("key", 1, timeout=10**400),
+        lambda: django_cache.touch("key", timeout=10**400),
+        lambda: django_cache.set_many({"key": 1}, timeout=10**400),
+        lambda: django_cache.get_or_set("key", 1, timeout=10**400),
+        lambda: django_cache.memoize(timeout=10**400),
+    ]
+    for write in writes:
+        with pytest.raises(ValueError, match="^timeout 1000.* too large"):
+            write()
+    assert_empty(django_cache.fanout)
+

@@ -179,6 +179,19 @@ def test_timeouts(backend):
     assert backend.get("short") is None and not backend.has("short")
 
 
+def test_a_timeout_too_large_for_a_float_is_refused_naming_it(backend):
+    for write in (
+        lambda: backend.set("key", 1, timeout=10**400),
+        lambda: backend.add("key", 1, timeout=10**400),
+        lambda: backend.set_many({"key": 1}, timeout=10**400),
+    ):
+        with pytest.raises(ValueError, match="^timeout 1000.* too large"):
+            write()
+    assert not backend.has("key")
+    backend.set("key", 1, timeout=10**300)  # large, but a float holds it: never expires in practice
+    assert backend.get("key") == 1
+
+
 def test_default_timeout_zero_never_expires(cache_dir):
     backend = DiskCache(cache_dir, default_timeout=0)
     backend.set("k", 1)

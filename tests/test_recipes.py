@@ -432,8 +432,12 @@ def test_throttle_uses_given_clock_and_sleep(cache):
     assert [call(), call()] == [1000.0, 1000.0]  # the burst
     assert call() == pytest.approx(1000.5)  # then one every half second
     assert sleeps == [pytest.approx(0.5)]
-    for count, seconds in [(0, 1), (1, 0), (float('nan'), 1), (1, float('inf'))]:
-        with pytest.raises(ValueError):
+    for count, seconds in [(0, 1), (1, 0), (float('nan'), 1), (1, float('inf')),
+                           (10**400, 1), (1, 10**400), (1e-300, 1e300), (1e300, 1e-300)]:
+        with pytest.raises(ValueError):  # (the last two: no rate a float can hold)
+            throttle(cache, count, seconds)
+    for count, seconds in [('5', 1), (True, 1), (1, '1'), (None, 1)]:
+        with pytest.raises(TypeError):
             throttle(cache, count, seconds)
 
 

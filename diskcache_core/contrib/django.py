@@ -50,6 +50,7 @@ from django.core.cache.backends.base import (
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import ENOVAL, Cache, Disk, FanoutCache, Timeout
+from .._arguments import float_seconds
 from .._async import run_sync
 from .._memo import MemoizeDecorator
 from .._memo import memoize as _memoize
@@ -155,7 +156,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         if timeout is None:
             return None
         if timeout > 0:
-            return float(timeout)
+            return float_seconds("timeout", timeout)
         if timeout != timeout:  # NaN: would store the item already expired, silently
             raise ValueError("timeout must not be NaN")
         return _EXPIRED

@@ -40,6 +40,7 @@ from flask_caching.backends.base import BaseCache
 from werkzeug.utils import import_string
 
 from .. import ENOVAL, Cache, Disk, Timeout
+from .._arguments import float_seconds
 
 __all__ = ["DiskCache"]
 
@@ -134,7 +135,7 @@ class DiskCache(BaseCache):
         seconds = self._normalize_timeout(timeout)
         if seconds == 0:
             return None
-        return float(seconds) if seconds > 0 else _EXPIRED
+        return float_seconds("timeout", seconds) if seconds > 0 else _EXPIRED
 
     def _batch(self) -> ContextManager[Any]:
         """One transaction for a bulk write; with a remote (where a transaction cannot span
