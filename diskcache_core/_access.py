@@ -92,17 +92,17 @@ class AccessLog:
                     self.hits += 1
                 else:
                     self.misses += 1
-        return self._needs_schedule()
+        return self.needs_schedule()
 
-    def stored(self, db_key: Any, raw: Any, now: float) -> tuple[Any, bool]:
+    def stored(self, db_key: Any, raw: Any, now: float) -> Any:
         """Note a write's store/access time; return what was pending for the key before
-        (`NOT_PENDING` if nothing: for `unstore`) and whether the cache must (re)schedule a
-        flush."""
+        (`NOT_PENDING` if nothing: for `unstore`). Once the write has stored an overwrite, the
+        cache asks `needs_schedule` (not before: an insert's note is taken back)."""
         key = (db_key, raw)
         pending = self.pending
         previous = pending.get(key, NOT_PENDING)
         pending[key] = now
-        return previous, self._needs_schedule()
+        return previous
 
     def unstore(self, db_key: Any, raw: Any, previous: Any) -> None:
         """The write `stored` noted did not happen: put back what was pending before."""
@@ -111,7 +111,8 @@ class AccessLog:
         else:
             self.pending[(db_key, raw)] = previous
 
-    def _needs_schedule(self) -> bool:
+    def needs_schedule(self) -> bool:
+        """Whether the cache must (re)schedule a flush for what is pending now."""
         if not self.scheduled:
             self.scheduled = True
             return True

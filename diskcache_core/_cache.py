@@ -279,8 +279,7 @@ class Cache(CacheBase, AsyncCacheMixin):
     def _store_item(
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
     ) -> bool:
-        """The one write path of set and add: check everything, serialize (a large value goes
-        to a value file first), run one statement, then keep the value in the memory tier."""
+        """set and add: check, serialize (a large value to a file first), write, keep in memory."""
         if self._remote is not None:
             return self._remote.store_item(statement, key, value, expire, read, tag)
         now = time.time()
@@ -298,9 +297,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
         evictor = self._evictor
-        # The policy's refresh (an overwrite's store time) is noted before the write, so that
-        # the size check the write may run sees this item as the newest, and undone if nothing
-        # is stored.
+        # The policy's refresh (an overwrite's store time) is noted before the write, so that the
+        # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
         before = evictor.note_write(db_key, raw, now) if refresh else None
         try:
@@ -322,6 +320,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             if filename is not None:
                 store.forget_new_file(filename)
             return False
+        if refresh:
+            evictor.wrote(db_key, raw, before, store.inserted())
         memory = self._memory
         if memory is not None:
             memory.after_write(
@@ -331,12 +331,11 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
-        if self._remote is not None:
-            expires = None if expire is None else expire_at(time.time(), expire)
-            return self._remote.touch(key, expires)
         now = time.time()
-        db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(now, expire)
+        if self._remote is not None:
+            return self._remote.touch(key, expires)
+        db_key, raw = put_key(self._disk, key)
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
         return count == 1
 
@@ -351,18 +350,19 @@ class Cache(CacheBase, AsyncCacheMixin):
         if self._remote is not None:  # compare-and-set in Redis: atomic across hosts
             return self._remote.update(key, lambda current: current + delta, default)
         stored_as = put_key(self._disk, key)
-        evictor = self._evictor
+        store, evictor = self._store, self._evictor
         refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
         before = evictor.note_write(*stored_as, time.time()) if refresh else None
         try:
-            return increment(
-                self._store, self._disk, self._native_numbers, key, stored_as, delta, default,
-                retry,
-            )
+            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
+                               default, retry)  # fmt: skip
         except BaseException:
             if refresh:
                 evictor.undo_write(*stored_as, before)
             raise
+        if refresh:
+            evictor.wrote(*stored_as, before, store.inserted())
+        return result
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""

@@ -30,6 +30,7 @@ from ._schema import (
     RELEASE_FUNCTION,
     RELEASE_TRIGGERS,
     VERSION_FUNCTION,
+    VERSION_INSERT_FUNCTION,
     VERSION_TRIGGERS,
     database_uri,
     set_pragma,
@@ -63,7 +64,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "reader", "close_after", "inherited",
+        "versions", "charge", "inserted", "reader", "close_after", "inherited",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -87,6 +88,8 @@ class ThreadState:
         self.versions: dict[int, int] = {}
         # Bytes written by the open transaction: counted towards the size check at its commit.
         self.charge = 0
+        # Whether the latest `Store.write` inserted a row (set by the insert trigger's function).
+        self.inserted = False
         # Runs the statements instead of `con` where this process may only read the database.
         self.reader: ReadOnlyReader | None = None
         # close() was called inside this thread's transaction: closed once the transaction ends.
@@ -103,6 +106,15 @@ class ThreadState:
         """SQL function body: remember `value` and pass it through."""
         self.new_value = value
         return value
+
+    def insert_recorder(self, item_changed: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The insert trigger's SQL function: `item_changed`, and note the insert."""
+
+        def item_inserted(db_key: Any) -> None:
+            self.inserted = True
+            item_changed(db_key)
+
+        return item_inserted
 
 
 class ConnectionPool:
@@ -183,7 +195,9 @@ class ConnectionPool:
             if self.words is None:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
-            con.create_function(VERSION_FUNCTION, 1, change_recorder(state, self.words))
+            item_changed = change_recorder(state, self.words)
+            con.create_function(VERSION_FUNCTION, 1, item_changed)
+            con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
             if self.busy_wait != self.timeout:

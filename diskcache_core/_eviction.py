@@ -84,16 +84,22 @@ class Evictor:
     def note_write(self, db_key: Any, raw: Any, now: float) -> Any:
         """A write is about to store `db_key` (call only when `tracks_writes`, and before the
         write: the size check the write may run must see the item as just stored, or it could
-        evict it). Returns what to hand `undo_write` if the write then stores nothing."""
-        previous, schedule = self.access.stored(db_key, raw, now)
-        if schedule:
-            schedule_flush(self)
-        return previous
+        evict it). Returns what to hand `undo_write` or `wrote` once the write is done."""
+        return self.access.stored(db_key, raw, now)
 
     def undo_write(self, db_key: Any, raw: Any, previous: Any) -> None:
         """The write `note_write` announced stored nothing (it failed, or add found a live
         item): what was pending for the key before stands."""
         self.access.unstore(db_key, raw, previous)
+
+    def wrote(self, db_key: Any, raw: Any, previous: Any, inserted: bool) -> None:
+        """The write `note_write` announced stored the item. A new row holds the write's time
+        already: its refresh would be an UPDATE for nothing (the dearest part of a set of a new
+        key, measured), so it is taken back. An overwrite's is written within FLUSH_INTERVAL."""
+        if inserted:
+            self.access.unstore(db_key, raw, previous)
+        elif self.access.needs_schedule():
+            schedule_flush(self)
 
     def note_removed(self, db_key: Any, raw: Any) -> None:
         """`db_key` was removed: nothing to refresh for it any more."""

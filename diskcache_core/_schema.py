@@ -475,16 +475,16 @@ RELEASE_TRIGGERS = (
 )
 
 # Per connection (TEMP): every insert, every change to what a get returns (value, expiry) and
-# every delete calls VERSION_FUNCTION with the key, inside the statement and so under the write
-# lock; it bumps the key's bucket in the memory tier's version file (see _memory.py). Not fired:
-# the access-log flush (store_time, access_time, access_count), which changes nothing a get
-# returns. Two rules for code that writes the Cache table: never change a row's key (DELETE and
-# INSERT instead), and never use INSERT OR REPLACE (the rows it deletes fire no DELETE trigger
-# while recursive_triggers is off).
-VERSION_FUNCTION = "diskcache_core_item_changed"
+# every delete calls VERSION_FUNCTION with the key (an insert: VERSION_INSERT_FUNCTION, which
+# also notes the insert, see Evictor.wrote), inside the statement, under the write lock; it bumps
+# the key's bucket in the memory tier's version file (see _memory.py). Not fired: the access-log
+# flush (store/access time, access count), which changes nothing a get returns. Never change a
+# row's key (DELETE and INSERT instead), never use INSERT OR REPLACE (the rows it deletes fire no
+# DELETE trigger while recursive_triggers is off).
+VERSION_FUNCTION, VERSION_INSERT_FUNCTION = "diskcache_core_item_changed", "diskcache_core_item_inserted"
 VERSION_TRIGGERS = (
     "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_insert AFTER INSERT ON main.Cache"
-    f" BEGIN SELECT {VERSION_FUNCTION}(NEW.key); END",
+    f" BEGIN SELECT {VERSION_INSERT_FUNCTION}(NEW.key); END",
     # Every column a read's answer depends on (the size too: a value file must have that size).
     # Only a statement written by hand (``_sql``) changes a key: both keys' buckets then move.
     "CREATE TEMP TRIGGER IF NOT EXISTS Cache_version_update AFTER UPDATE OF"

@@ -143,6 +143,7 @@ class Store:
             mark = len(state.released)
         else:
             mark = 0
+        state.inserted = False
         try:
             cursor = state.execute(statement, params)
         except sqlite3.Error as exc:
@@ -153,6 +154,11 @@ class Store:
             state.charge += charge
             return cursor.rowcount, None
         return cursor.rowcount, self._after_commit(state, charge)
+
+    def inserted(self) -> bool:
+        """Whether this thread's latest `write` inserted a row (rather than updated one)."""
+        state: ThreadState = self.local.state
+        return state.inserted
 
     def write_capturing(
         self, statement: str, params: Any, retry: bool, charge: int = 0

@@ -284,3 +284,26 @@ def test_flush_access_log_waits_for_a_batch_the_background_flusher_took(tmp_path
     assert seen == [(0, 5)]
     reader.close()
     other.close()
+
+
+@pytest.mark.parametrize('policy', ['least-recently-stored', 'least-recently-used'])
+def test_a_write_that_inserts_leaves_no_refresh_and_an_overwrite_does(make_store, policy):
+    """A set, add or incr that makes a new row stores its time in the row: nothing is left for
+    the flusher (whose UPDATE would change nothing, and cost a third of the set). An overwrite,
+    which leaves the row's time alone, leaves its refresh, which orders the item as the newest."""
+    cache = make_store(eviction_policy=policy)
+    access = cache._evictor.access
+    cache.set('a', 1)
+    cache.add('b', 2)
+    cache.incr('c')
+    with cache.transact():
+        cache.set('d', 4)
+    cache.set('big', b'x' * 100_000)  # a value file: the same
+    assert access.pending == {}
+    cache.set('a', 5)  # overwrites
+    cache.incr('c')
+    assert len(access.pending) == 2
+    cache.close()
+    times = dict(item_rows(cache.directory, f"key, {access.column}"))
+    assert max(times, key=times.get) in ('a', 'c')
+    assert min(times['a'], times['c']) > max(times['b'], times['d'], times['big'])
