@@ -137,8 +137,9 @@ def float_seconds(name: str, value: Any, why_not_nan: str = "") -> float:
     (where ``float()`` would raise OverflowError, which names nothing)."""
     try:
         seconds = float(value)
-    except OverflowError:
-        raise ValueError(f"{name} {value} is too large for a float number of seconds") from None
+    except OverflowError:  # (an int of over 4300 digits cannot even be shown: its size is)
+        shown = f"(an int of {value.bit_length()} bits)" if isinstance(value, int) else value
+        raise ValueError(f"{name} {shown} is too large for a float number of seconds") from None
     if seconds != seconds:
         raise ValueError(f"{name} must not be NaN{why_not_nan}")
     return seconds

@@ -421,7 +421,7 @@ class CacheBase:
 
         `timeout`: seconds to wait for the write lock instead of the cache's timeout.
         """
-        self._evictor.flush_access_log(timeout)
+        self._evictor.flush_access_log(None if timeout is None else check_timeout(timeout))
 
     def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
         """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
+from ._arguments import check_tag
 from ._cache import Cache
 from ._cli_caches import (
     NOT_SETTINGS,
@@ -152,9 +153,9 @@ def cmd_check(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
 
 def cmd_keys(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """Keys in insertion order across all shards; ``--limit`` cuts the merged list."""
-    tag = ENOVAL if args.tag is None else parse_typed(args.tag, args.tag_type, "tag")
-    if args.limit is not None and args.limit < 0:
-        raise CommandError("--limit must be >= 0", EXIT_USAGE)
+    tag = ENOVAL if args.tag is None else check_tag(parse_typed(args.tag, args.tag_type, "tag"))
+    if args.limit is not None and not 0 <= args.limit <= sys.maxsize:
+        raise CommandError(f"--limit must be from 0 to {sys.maxsize}", EXIT_USAGE)
     items: Iterable[Listed] = list_items(shards, tag, args.expired)
     if args.limit is not None:
         items = islice(items, args.limit)

@@ -88,7 +88,13 @@ def _increment_in_python(
                 f"cannot increment the value of {key!r}: it is a {type(current).__name__},"
                 " not a number"
             )
-        value = current + delta
+        try:
+            value = current + delta
+        except OverflowError:  # a float plus an int beyond any float: name it
+            raise ValueError(
+                f"cannot increment the value of {key!r}: {type(current).__name__} + {delta} is"
+                " too large for a float"
+            ) from None
         size, mode, new_file, db_value = disk.store(value, False, key=key)
         update = (now, size, mode, new_file, db_value, rowid)
         store.write(sql.UPDATE_VALUE, update, retry, new_file)

@@ -35,21 +35,13 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable
 from json.encoder import encode_basestring_ascii
-from typing import (
-    Any,
-    Concatenate,
-    NamedTuple,
-    ParamSpec,
-    Protocol,
-    TypeVar,
-    overload,
-)
+from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from ._arguments import check_expire, check_tag
 from ._async import run_sync
 from ._disk import ENOVAL
 from ._errors import Timeout
-from ._recipes import Lock, backoff_delays, full_name
+from ._recipes import Lock, backoff_delays, full_name, lease_seconds
 
 __all__ = ["MemoizeDecorator", "Memoized", "make_key", "memoize", "memoize_stampede"]
 
@@ -188,7 +180,7 @@ def make_key(
     `typed`, the arguments' type names are appended, so ``f(3)`` and ``f(3.0)`` differ.
     """
     if ignore:
-        skip = frozenset(ignore)
+        skip = ignore if type(ignore) is frozenset else _ignored(ignore)
         args = tuple(arg for index, arg in enumerate(args) if index not in skip)
         kwargs = {name: value for name, value in kwargs.items() if name not in skip}
     names = sorted(kwargs)
@@ -201,6 +193,13 @@ def make_key(
         types = [type(arg) for arg in args] + [type(kwargs[name]) for name in names]
         text += ",[" + ",".join(map(_type_name, types)) + "]"
     return "[" + text + "]"
+
+
+def _ignored(ignore: Any) -> frozenset[Any]:
+    """`ignore` as a set; not a str, which would ignore its letters (python-diskcache: substrings)."""
+    if isinstance(ignore, (str, bytes)) or not isinstance(ignore, Iterable):
+        raise TypeError(f"ignore must be a set of positions and names as {{0, 'session'}}, not {ignore!r:.50}")
+    return frozenset(ignore)
 
 
 def args_to_key(
@@ -236,7 +235,7 @@ class _Memo:
         self.cache = cache
         self.base = full_name(func) if name is None else name
         self.typed = typed
-        self.ignore = frozenset(ignore)
+        self.ignore = _ignored(ignore)
         self.key = key
         self.expire = expire
         self.tag = tag
@@ -261,6 +260,7 @@ class _Memo:
 
 
 def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: Any) -> None:
+    _ignored(ignore)
     if callable(name):
         # `@cache.memoize` without parentheses hands the function over as `name`.
         raise TypeError("name cannot be callable")
@@ -276,8 +276,7 @@ def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: 
 
 
 def _check_storage(expire: Any, tag: Any) -> None:
-    """`expire` and `tag` as the cache's ``set`` takes them: refused when decorating, not at the
-    first store, after the function already ran."""
+    """`expire` and `tag` as ``set`` takes them: refused when decorating, not after a first call."""
     check_expire(expire)
     check_tag(tag)
 
@@ -535,9 +534,17 @@ def memoize(
     return decorator
 
 
-def _check_number(option: str, number: Any) -> None:
+def _check_number(option: str, number: Any) -> float:
+    """`number` as a float >= 0, when decorating (used later, too large an int overflows)."""
     if isinstance(number, bool) or not isinstance(number, numbers.Real):
         raise TypeError(f"{option} must be a number, not {type(number).__name__}: {number!r}")
+    try:
+        value = float(number)
+    except OverflowError:
+        raise ValueError(f"{option} is too large for a float") from None
+    if not value >= 0:  # NaN too
+        raise ValueError(f"{option} must be >= 0, not {number!r}")
+    return value
 
 
 def memoize_stampede(
@@ -577,16 +584,9 @@ def memoize_stampede(
     """
     _check_options(name, typed, ignore, key, should_cache)
     _check_storage(expire, tag)
-    _check_number("beta", beta)
-    _check_number("lock_expire", lock_expire)
-    if wait_timeout is not None:
-        _check_number("wait_timeout", wait_timeout)
-    if not beta >= 0:  # NaN too
-        raise ValueError(f"beta must be >= 0, not {beta!r}")
-    if not lock_expire > 0:
-        raise ValueError(f"lock_expire must be > 0 seconds, not {lock_expire!r}")
-    if wait_timeout is not None and not wait_timeout >= 0:
-        raise ValueError(f"wait_timeout must be >= 0 seconds or None, not {wait_timeout!r}")
+    beta = _check_number("beta", beta)
+    lock_expire = lease_seconds("lock_expire", lock_expire)  # the Lock's check, when decorating
+    wait_timeout = None if wait_timeout is None else _check_number("wait_timeout", wait_timeout)
     procedure = functools.partial(
         _stampede_steps, beta=beta, single_flight=single_flight, lock_expire=lock_expire,
         wait_timeout=wait_timeout,

@@ -43,6 +43,7 @@ __all__ = [
     "backoff_delays",
     "barrier",
     "full_name",
+    "lease_seconds",
     "throttle",
 ]
 
@@ -91,12 +92,19 @@ def backoff_delays(first: float = FIRST_DELAY, cap: float = MAX_DELAY) -> Iterat
         delay = min(delay * 2, cap)
 
 
-def _lease(expire: float | None) -> float | None:
-    """A lock's or lease's `expire`: None (held until released) or seconds > 0 — a hold that
-    has expired as it is taken excludes nobody."""
-    if expire is not None and not check_seconds("expire", expire) > 0:
-        raise ValueError(f"expire must be > 0 seconds or None, not {expire!r}")
-    return expire
+def lease_seconds(name: str, expire: Any) -> float:
+    """A lifetime in seconds long enough to move ``time.time()`` (so > 0, not NaN): a lock held,
+    or an item stored, that has expired as it is written excludes nobody and keeps nothing."""
+    seconds = check_seconds(name, expire)
+    now = time.time()
+    if not now + seconds > now:
+        raise ValueError(f"{name} must be > 0 seconds, enough to move time.time(), not {expire!r}")
+    return seconds
+
+
+def _lease(expire: Any) -> float | None:
+    """A recipe's `expire`: None (held or kept until released or replaced) or `lease_seconds`."""
+    return None if expire is None else lease_seconds("expire", expire)
 
 
 def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) -> bool:
@@ -157,11 +165,18 @@ class Averager:
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
         self._cache = cache
         self._key = key
-        self._expire = expire
+        self._expire = _lease(expire)
         self._tag = tag
 
     def add(self, value: float) -> None:
-        """Add `value` to the average."""
+        """Add `value` to the average (an int too large for a float is a ValueError)."""
+        if isinstance(value, int):
+            try:
+                float(value)  # what adding it to the float total does
+            except OverflowError:
+                bits = value.bit_length()  # (not its digits: str() of a huge int is limited)
+                raise ValueError(f"value (an int of {bits} bits) is too large for a float average") from None
+
         def added(current: tuple[float, int]) -> tuple[Any, None]:
             total, count = current
             return (total + value, count + 1), None
@@ -433,6 +448,7 @@ def throttle(
     # every 1 / rate seconds). The margin absorbs float rounding: a wait of 1e-14 s would not
     # move a clock that reads 1000.4 (and a clock that does not move waits for ever).
     needed = min(1.0, calls)
+    expire = _lease(expire)  # (a bucket that expires as it is stored would never limit)
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name

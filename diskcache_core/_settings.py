@@ -13,11 +13,12 @@ import math
 import numbers
 import pickle
 import re
+import sqlite3
 import sys
 import warnings
 from typing import Any, Callable, Generic, TypeVar, overload
 
-from ._arguments import INT64_MAX, INT64_MIN
+from ._arguments import INT64_MAX, INT64_MIN, float_seconds
 from ._disk import _CODEC_FACTORIES, _codec
 from ._errors import StoredSettingWarning
 from ._schema import EVICTION_POLICY, METADATA, POLICIES
@@ -32,6 +33,7 @@ __all__ = [
     "Settings",
     "SettingAttribute",
     "ShardSetting",
+    "check_compress_level",
     "usable_stored_settings",
     "validate_setting",
     "validate_settings",
@@ -110,9 +112,11 @@ class Settings:
 
         This library's own options (compression) are passed only when they differ from their
         defaults, so that a Disk subclass written for python-diskcache, whose constructor has
-        its own defaults for such names (``compress_level``), gets them.
+        its own defaults for such names (``compress_level``), gets them. ValueError when the
+        compression level is not one of the compressor's (one may be given, the other stored).
         """
         values = {**self.values(), **code_only}
+        check_compress_level(values["disk_compress"], values["disk_compress_level"])
         return {
             name[len("disk_"):]: value
             for name, value in values.items()
@@ -201,8 +205,8 @@ def _flag(name: str, value: Any) -> int:
 
 
 def _protocol(name: str, value: Any) -> int:
-    # As pickle takes it: a negative protocol means pickle.HIGHEST_PROTOCOL.
-    return whole_number(name, value, None, pickle.HIGHEST_PROTOCOL)
+    # As pickle takes it: -1 means pickle.HIGHEST_PROTOCOL (a far smaller one overflows pickle).
+    return whole_number(name, value, -1, pickle.HIGHEST_PROTOCOL)
 
 
 def _policy(name: str, value: Any) -> str:
@@ -224,6 +228,26 @@ def _compressor(name: str, value: Any) -> str | None:
 
 def _optional_int(name: str, value: Any) -> int | None:
     return None if value is None else whole_number(name, value, minimum=None)
+
+
+# Each compressor's levels (zstd's negative ones are its fast levels); with none chosen yet, a
+# level any of them takes. A level the compressor refuses would fail every later write.
+_LEVELS = {"zlib": range(-1, 10), "zstd": range(-(2**17), 23), "lz4": range(0, 17)}
+_ANY_LEVEL = range(-(2**17), 23)
+
+
+def check_compress_level(compress: Any, level: Any) -> None:
+    """ValueError unless `level` (None: the default) is a level of compressor `compress`.
+
+    Checked wherever both are known: they may be given apart, or one given and one stored.
+    """
+    levels = _LEVELS.get(compress, _ANY_LEVEL)
+    if level is not None and level not in levels:
+        codec = f" with disk_compress={compress!r}" if compress in _LEVELS else ""
+        raise ValueError(
+            f"setting 'disk_compress_level' must be None or from {levels.start} to"
+            f" {levels.stop - 1}{codec}, not {level!r}"
+        )
 
 
 def _remote_url(name: str, value: Any) -> str | None:
@@ -251,23 +275,71 @@ def _seconds(name: str, value: Any) -> float:
         isinstance(value, bool) or not isinstance(value, numbers.Real)
     ):
         raise TypeError(f"setting {name!r} must be a number of seconds, not {value!r}")
-    if not 0 < value < float("inf"):
+    seconds = float_seconds(f"setting {name!r}", value)  # ValueError, not OverflowError
+    if not 0 < seconds < math.inf:
         raise ValueError(f"setting {name!r} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    return seconds
+
+
+# The values of the pragmas DEFAULT_SETTINGS names that SQLite keeps as given: the ints (it
+# takes others silently as something else: synchronous=10 as FULL, cache_size=2**31 as 0, a
+# 32-bit int) and the words (any case). SQLite caps mmap_size at its build's maximum.
+_PRAGMA_VALUES: dict[str, tuple[range, tuple[str, ...]]] = {
+    "sqlite_auto_vacuum": (range(0, 3), ("none", "full", "incremental")),
+    "sqlite_cache_size": (range(-(2**31), 2**31), ()),  # pages; negative: KiB
+    "sqlite_journal_mode": (range(0), ("delete", "truncate", "persist", "memory", "wal", "off")),
+    "sqlite_mmap_size": (range(0, INT64_MAX + 1), ()),
+    "sqlite_secure_delete": (range(0, 2), ("off", "on", "fast")),
+    "sqlite_synchronous": (range(0, 4), ("off", "normal", "full", "extra")),
+}
+# Pragmas of the whole process: not tried on a scratch connection (see _kept_by_sqlite).
+_PROCESS_PRAGMAS = frozenset({"soft_heap_limit", "hard_heap_limit"})
 
 
 def _pragma(name: str, value: Any) -> Any:
-    # Pragma values are spliced into SQL text (PRAGMA takes no parameters): allow only numbers
-    # and bare words.
-    if not _IDENTIFIER.match(name[len("sqlite_"):]):
+    # Pragma values are spliced into SQL text (PRAGMA takes no parameters): allow only whole
+    # numbers (SQLite reads 1.5 as 1, 1e300 as 1) and bare words.
+    pragma, given = name[len("sqlite_"):], value
+    if not _IDENTIFIER.match(pragma):
         raise ValueError(f"invalid SQLite pragma name in setting {name!r}")
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)  # (numpy's ints)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not float(value).is_integer():
+            raise ValueError(f"setting {name!r} must be a whole number, not {value!r}")
+        value = int(float(value))
     if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"setting {name!r} must fit in 64 bits, not {value!r}")
-    if type(value) is float and not math.isfinite(value):
-        raise ValueError(f"setting {name!r} must be a finite number, not {value!r}")
-    if type(value) in (int, float) or (type(value) is str and _IDENTIFIER.match(value)):
+        raise ValueError(f"setting {name!r} must fit in 64 bits, not {given!r}")
+    if type(value) is not int and not (type(value) is str and _IDENTIFIER.match(value)):
+        raise ValueError(f"setting {name!r} must be a whole number or a bare word, not {given!r}")
+    known = _PRAGMA_VALUES.get(name)
+    if known is None:
+        if type(value) is int and pragma not in _PROCESS_PRAGMAS:
+            _kept_by_sqlite(name, pragma, value)
         return value
-    raise ValueError(f"setting {name!r} must be a number or a bare word, not {value!r}")
+    ints, words = known
+    if (value in ints) if type(value) is int else (str(value).lower() in words):
+        return value
+    choices = [f"an int from {ints.start} to {ints.stop - 1}"] if ints else []
+    choices += ["one of " + ", ".join(words)] if words else []
+    raise ValueError(f"setting {name!r} must be {' or '.join(choices)}, not {given!r}")
+
+
+def _kept_by_sqlite(name: str, pragma: str, value: int) -> None:
+    """ValueError when SQLite keeps another value than `value` for a pragma no setting names
+    (wal_autocheckpoint=2**40 reads back 0). Tried on a scratch in-memory database: before any
+    file exists. A pragma that reads back no single int, or fails there, is not judged."""
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute(f"PRAGMA {pragma} = {value}").fetchall()
+        rows = con.execute(f"PRAGMA {pragma}").fetchall()
+    except sqlite3.Error:
+        return
+    finally:
+        con.close()
+    if len(rows) == 1 and len(rows[0]) == 1 and type(rows[0][0]) is int and rows[0][0] != value:
+        kept = rows[0][0]
+        raise ValueError(f"setting {name!r} = {value} is not kept by SQLite (it reads back {kept})")
 
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
@@ -314,6 +386,8 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
                 sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, *REMOTE_DEFAULTS, "read_only"})
             )
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
+    if "disk_compress_level" in checked:  # (the compressor, when not given: any one's levels)
+        check_compress_level(checked.get("disk_compress"), checked["disk_compress_level"])
     return checked
 
 
@@ -340,13 +414,21 @@ def usable_stored_settings(stored: dict[str, Any]) -> dict[str, Any]:
         try:
             usable[name] = validate_setting(name, value)
         except (TypeError, ValueError) as exc:
-            warnings.warn(
-                f"the stored setting {name!r} = {value!r} is not usable here ({exc});"
-                f" the default, {DEFAULT_SETTINGS.get(name)!r}, is used",
-                StoredSettingWarning,
-                stacklevel=_outside_the_package(),
-            )
+            _warn_unusable(name, value, exc)
+    try:  # (written before the level was checked against the compressor)
+        check_compress_level(usable.get("disk_compress"), usable.get("disk_compress_level"))
+    except ValueError as exc:
+        _warn_unusable("disk_compress_level", usable.pop("disk_compress_level"), exc)
     return usable
+
+
+def _warn_unusable(name: str, value: Any, exc: Exception) -> None:
+    warnings.warn(
+        f"the stored setting {name!r} = {value!r} is not usable here ({exc});"
+        f" the default, {DEFAULT_SETTINGS.get(name)!r}, is used",
+        StoredSettingWarning,
+        stacklevel=_outside_the_package(),
+    )
 
 
 def _outside_the_package() -> int:
@@ -386,6 +468,10 @@ class SettingAttribute(Generic[T]):
         return value
 
     def __set__(self, instance: object, value: T) -> None:
+        if self.name in ("disk_compress", "disk_compress_level"):  # the pair must fit
+            values = getattr(instance, "_settings").values()
+            values[self.name] = validate_setting(self.name, value)
+            check_compress_level(values["disk_compress"], values["disk_compress_level"])
         getattr(instance, "_apply_setting")(self.name, value)
 
 
@@ -428,6 +514,7 @@ def check_disk_option(
     """Refuse (ValueError) a ``disk_*`` option the cache's Disk does not take, before it is
     stored: every later open passes the stored options to the Disk's constructor."""
     options = {**options, key[len("disk_"):]: value}
+    check_compress_level(options.get("compress"), options.get("compress_level"))
     try:
         type(disk)(directory, **options)
     except TypeError as exc:

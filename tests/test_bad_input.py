@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 import warnings
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -305,6 +306,26 @@ def test_incr_refuses_nan_and_keeps_an_infinite_sum_faithful(make_cache):
     assert math.isnan(reader.get("sum")) and math.isnan(reader.get("total"))
 
 
+def test_incr_of_a_float_by_an_int_beyond_any_float_names_the_problem(cache):
+    for stored in (1.5, INF):
+        cache.set("f", stored)
+        with pytest.raises(ValueError, match="^cannot increment the value of 'f'.*too large"):
+            cache.incr("f", 10**400)
+        assert cache.get("f") == stored
+
+
+@pytest.mark.parametrize("timeout, error", [
+    (NAN, ValueError), (-1, ValueError), (10**400, ValueError), ("5", TypeError), (1j, TypeError),
+], ids=repr)
+def test_flush_access_log_refuses_a_timeout_that_is_not_one(make_cache, timeout, error):
+    cache = make_cache(statistics=True)
+    cache.get("missing")
+    with pytest.raises(error, match="timeout"):
+        cache.flush_access_log(timeout)
+    cache.flush_access_log(0.5)
+    assert cache.stats() == (0, 1)
+
+
 # --- queues, Deque and Index ---------------------------------------------------------------
 
 
@@ -482,7 +503,20 @@ def test_django_refuses_a_timeout_too_large_for_a_float_naming_it(django_cache):
         lambda: django_cache.memoize(timeout=10**400),
     ]
     for write in writes:
-        with pytest.raises(ValueError, match="^timeout 1000.* too large"):
+        with pytest.raises(ValueError, match=r"^timeout \(an int of \d+ bits\) is too large"):
+            write()
+    assert_empty(django_cache.fanout)
+
+
+@pytest.mark.parametrize("timeout", ["5", b"5", Decimal("NaN"), Decimal("5"), 1j, [5]], ids=repr)
+def test_django_refuses_a_timeout_that_is_not_a_number_naming_it(django_cache, timeout):
+    for write in (
+        lambda: django_cache.set("key", 1, timeout=timeout),
+        lambda: django_cache.add("key", 1, timeout=timeout),
+        lambda: django_cache.touch("key", timeout=timeout),
+        lambda: django_cache.set_many({"key": 1}, timeout=timeout),
+    ):
+        with pytest.raises(TypeError, match="^timeout must be a number"):
             write()
     assert_empty(django_cache.fanout)
 

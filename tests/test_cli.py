@@ -122,6 +122,16 @@ def test_keys(cache_path):
     assert "'gone'" in run('keys', cache_path, '--expired').stdout.splitlines()
 
 
+def test_keys_refuses_a_tag_no_item_can_have_and_a_limit_beyond_any_list(cache_path):
+    for options, message in (
+        (['--tag', '1' * 400, '--tag-type', 'int'], 'tag'),  # beyond SQLite's 64-bit ints
+        (['--limit', str(sys.maxsize + 1)], '--limit'),
+    ):
+        result = run('keys', cache_path, *options)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and 'Traceback' not in result.stderr
+
+
 def test_keys_json(cache_path):
     listed = run_json('keys', cache_path)
     assert [item['key'] for item in listed] == [

@@ -185,7 +185,7 @@ def test_a_timeout_too_large_for_a_float_is_refused_naming_it(backend):
         lambda: backend.add("key", 1, timeout=10**400),
         lambda: backend.set_many({"key": 1}, timeout=10**400),
     ):
-        with pytest.raises(ValueError, match="^timeout 1000.* too large"):
+        with pytest.raises(ValueError, match=r"^timeout \(an int of \d+ bits\) is too large"):
             write()
     assert not backend.has("key")
     backend.set("key", 1, timeout=10**300)  # large, but a float holds it: never expires in practice

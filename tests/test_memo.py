@@ -153,6 +153,30 @@ def test_ignore_positional_and_keyword_arguments(cache):
     assert function.__cache_key__(5, object(), d=object()) == function.__cache_key__(5, 6)
 
 
+@pytest.mark.parametrize('ignore', ['session', 's', b'ab', 0], ids=['str', 'letter', 'bytes', 'int'])
+def test_ignore_that_is_not_a_collection_of_names_is_refused_when_decorating(cache, tmp_path, ignore):
+    # Iterated, 'session' used to ignore the letters s, e, i, o, n: nothing of f(x, session=...).
+    # python-diskcache tests names as substrings of it (ignore='session' drops a keyword `s`)
+    # or fails at a call with a positional argument: no meaning to keep, so a TypeError.
+    decorators = [
+        lambda: cache.memoize(ignore=ignore),
+        lambda: memoize_stampede(cache, 60, ignore=ignore),
+        lambda: diskcache_core.Index(str(tmp_path / 'index')).memoize(ignore=ignore),
+    ]
+    if ignore:  # (args_to_key takes a falsy ignore, 0 too, as "nothing")
+        decorators.append(lambda: diskcache_core.core.args_to_key(('f',), (1,), {}, False, ignore))
+    for decorate in decorators:
+        with pytest.raises(TypeError, match=r'^ignore must be a set of positions and names'):
+            decorate()
+
+    @cache.memoize(ignore=['session'])  # the way to say it
+    def function(x, session=None):
+        return session
+
+    assert function(1, session='a') == 'a'
+    assert function(1, session='b') == 'a'
+
+
 def test_expire_makes_results_expire(cache):
     body = counted(lambda x: x)
     function = cache.memoize(expire=0.3)(body)
@@ -587,6 +611,29 @@ def test_stampede_option_validation(cache):
     for options in ({'beta': -1}, {'lock_expire': 0}, {'wait_timeout': -1}):
         with pytest.raises(ValueError):
             memoize_stampede(cache, 1, **options)
+
+
+@pytest.mark.parametrize('option', ['beta', 'wait_timeout', 'lock_expire'])
+def test_stampede_number_too_large_for_a_float_is_refused_when_decorating(cache, option):
+    # Not an OverflowError at the first hit (beta) or wait (wait_timeout, lock_expire).
+    with pytest.raises(ValueError, match=f'^{option} .*too large for a float'):
+        memoize_stampede(cache, 60, single_flight=True, **{option: 10**400})
+
+
+def test_stampede_lock_expire_too_short_to_move_the_clock_is_refused(cache):
+    # The Lock's own check, made when decorating rather than at a call's first miss.
+    with pytest.raises(ValueError, match='^lock_expire must be > 0 seconds'):
+        memoize_stampede(cache, 60, single_flight=True, lock_expire=1e-9)
+
+
+def test_stampede_with_huge_float_beta_and_wait_timeout_still_works(cache):
+    @memoize_stampede(cache, 60, beta=1e300, single_flight=True, wait_timeout=1e300,
+                      lock_expire=10**6, name='big')
+    def function(x):
+        return x * 2
+
+    assert function(2) == 4
+    assert function(2) == 4  # a hit, with an early refresh at most
 
 
 def _spawn():

@@ -379,6 +379,18 @@ def test_averager_from_many_threads(cache):
     assert cache.get('mean', tag=True)[1] == 'stats'
 
 
+@pytest.mark.parametrize('value', [10**400, -(10**400), 10**5000], ids=['1e400', '-1e400', '1e5000'])
+def test_averager_refuses_an_int_too_large_for_a_float_average(cache, value):
+    # Not OverflowError (which names nothing), nor str()'s digit-limit ValueError for 10**5000.
+    average = Averager(cache, 'mean')
+    average.add(2)
+    with pytest.raises(ValueError, match=r'^value \(an int of \d+ bits\) is too large for a float'):
+        average.add(value)
+    assert average.get() == 2.0  # the average is untouched
+    average.add(2**1000)  # a big int a float holds is still averaged
+    assert average.get() == pytest.approx((2 + 2.0**1000) / 2)
+
+
 # --- throttle ---------------------------------------------------------------------------------------
 
 
@@ -558,6 +570,44 @@ def test_a_hold_that_would_expire_as_it_is_taken_is_refused(cache, kind):
         kind(cache, 'held', expire='60')
     with pytest.raises(ValueError, match='expire'):
         barrier(cache, Lock, expire=0)
+
+
+# 0 and below, or so little that time.time() + expire == time.time(): a hold that has expired as
+# it is taken excludes nobody, a throttle bucket or an average that expires as stored is no
+# limit and no average. Each used to be accepted and silently do nothing.
+USELESS_EXPIRIES = [0, -1, 1e-320, 1e-9]
+
+
+@pytest.mark.parametrize('expire', USELESS_EXPIRIES)
+def test_every_recipe_refuses_an_expiry_that_ends_as_it_is_set(cache, expire):
+    recipes = [
+        lambda: Lock(cache, 'L', expire=expire),
+        lambda: RLock(cache, 'R', expire=expire),
+        lambda: BoundedSemaphore(cache, 'S', expire=expire),
+        lambda: Averager(cache, 'A', expire=expire),
+        lambda: throttle(cache, 1, 60, expire=expire),
+        lambda: barrier(cache, Lock, expire=expire),
+    ]
+    for make in recipes:
+        with pytest.raises(ValueError, match='^expire must be > 0 seconds'):
+            make()
+    assert len(cache) == 0
+
+
+def test_a_short_expiry_that_moves_the_clock_is_still_taken(cache):
+    lock = Lock(cache, 'L', expire=1e-3)  # short, but later than now
+    assert lock.acquire(blocking=False)
+    average = Averager(cache, 'A', expire=60)
+    average.add(1.0)
+    assert average.get() == 1.0
+    now, sleep, sleeps = _fake_clock(1000.0)
+
+    @throttle(cache, 1, 60, name='limited', expire=3600, time_func=lambda: now[0], sleep_func=sleep)
+    def limited():
+        return now[0]
+
+    assert [limited(), limited()] == [1000.0, pytest.approx(1060.0)]  # the limit holds
+    assert sleeps == [pytest.approx(60.0)]
 
 
 @pytest.mark.parametrize('kind', [Lock, RLock, BoundedSemaphore])

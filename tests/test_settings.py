@@ -501,3 +501,145 @@ def test_no_cache_class_has_a_getattr_hook(cls):
     # A class with __getattr__ loses CPython's specialized attribute loads on every `self.`
     # of get and set (measured: a memory-tier hit cost 16% more instructions with one).
     assert not [k for k in cls.__mro__ if '__getattr__' in vars(k)]
+
+
+# --------------------------------------------------------------------------------------------
+# Values SQLite or a compressor would take as something else, or refuse at every write
+# --------------------------------------------------------------------------------------------
+
+# SQLite takes each silently as another value (read back in brackets).
+SQLITE_WOULD_CHANGE = [
+    ('sqlite_synchronous', 2**63 - 1),  # OFF
+    ('sqlite_synchronous', 10),  # FULL
+    ('sqlite_synchronous', 1.5),  # NORMAL
+    ('sqlite_cache_size', 1e300),  # 1: pasted as "1e+300"
+    ('sqlite_cache_size', 2**62),  # 0: a 32-bit int
+    ('sqlite_cache_size', 2**31),
+    ('sqlite_journal_mode', 0),  # delete
+    ('sqlite_journal_mode', 'bogus'),
+    ('sqlite_auto_vacuum', 7),  # NONE
+    ('sqlite_auto_vacuum', 'bogus'),
+    ('sqlite_mmap_size', -1),  # 0
+    ('sqlite_secure_delete', 5),  # ON
+    ('sqlite_secure_delete', 2),  # ON, not FAST
+    ('sqlite_wal_autocheckpoint', 2**40),  # 0: a pragma no setting names, read back
+    ('sqlite_wal_autocheckpoint', 1.5),
+    ('sqlite_foreign_keys', 2),  # 1
+]
+
+
+@pytest.mark.parametrize('name, value', SQLITE_WOULD_CHANGE)
+def test_a_pragma_value_sqlite_would_change_is_refused_before_any_file(tmp_path, name, value):
+    with pytest.raises(ValueError, match=name):
+        dc.Cache(tmp_path / 'new', **{name: value})
+    assert not (tmp_path / 'new').exists()
+    with dc.Cache(tmp_path / 'old') as cache:
+        before = cache.reset(name) if name in dc.DEFAULT_SETTINGS else None
+        with pytest.raises(ValueError, match=name):
+            cache.reset(name, value)
+        if before is not None:  # (a pragma no setting names is a plain attribute)
+            with pytest.raises(ValueError, match=name):
+                setattr(cache, name, value)
+            assert getattr(cache, name) == cache.reset(name) == before
+
+
+@pytest.mark.parametrize(
+    'name, value, in_force',
+    [
+        ('sqlite_synchronous', 0, 0),
+        ('sqlite_synchronous', 3, 3),
+        ('sqlite_synchronous', 'normal', 1),
+        ('sqlite_synchronous', 'EXTRA', 3),
+        ('sqlite_cache_size', 2**31 - 1, 2**31 - 1),
+        ('sqlite_cache_size', -(2**31), -(2**31)),  # negative: KiB
+        ('sqlite_cache_size', 4096.0, 4096),
+        ('sqlite_journal_mode', 'WAL', 'wal'),
+        ('sqlite_journal_mode', 'truncate', 'truncate'),
+        ('sqlite_journal_mode', 'memory', 'memory'),
+        ('sqlite_journal_mode', 'off', 'off'),
+        ('sqlite_auto_vacuum', 0, 0),
+        ('sqlite_auto_vacuum', 'full', 1),
+        ('sqlite_secure_delete', 'fast', 2),
+        ('sqlite_mmap_size', 0, 0),
+        ('sqlite_wal_autocheckpoint', 2000.0, 2000),
+    ],
+)
+def test_a_pragma_value_sqlite_keeps_is_in_force(tmp_path, name, value, in_force):
+    with dc.Cache(tmp_path, **{name: value}) as cache:
+        assert getattr(cache, name) == value
+        cache.set('key', 'value')
+        assert cache.get('key') == 'value'
+        ((read_back,),) = cache._sql(f'PRAGMA {name[len("sqlite_"):]}').fetchall()
+        assert read_back == in_force
+
+
+@pytest.mark.parametrize(
+    'settings',
+    [
+        {'disk_compress': 'zlib', 'disk_compress_level': 100},
+        {'disk_compress': 'zlib', 'disk_compress_level': -2},
+        {'disk_compress_level': 2**63 - 1},  # (OverflowError at the first compressed write)
+        {'disk_pickle_protocol': -(10**30)},  # (OverflowError storing it, cache.db left)
+        {'disk_pickle_protocol': -2},
+        {'max_staleness': 10**400},  # (OverflowError making it a float)
+        {'remote_timeout': 10**400},
+    ],
+)
+def test_a_disk_or_remote_setting_out_of_range_is_refused_before_any_file(tmp_path, settings):
+    with pytest.raises(ValueError, match=next(reversed(settings))):
+        dc.Cache(tmp_path / 'new', **settings)
+    assert not (tmp_path / 'new').exists()
+
+
+def test_a_compression_level_is_checked_against_the_compressor_set_later(tmp_path):
+    # zlib refuses level 15 at every write: a cache storing the pair would be poisoned.
+    directory = str(tmp_path / 'c')
+    with dc.Cache(directory, disk_compress_level=15) as cache:  # no compressor: not yet wrong
+        for change in (
+            lambda: cache.reset('disk_compress', 'zlib'),
+            lambda: setattr(cache, 'disk_compress', 'zlib'),
+        ):
+            with pytest.raises(ValueError, match='disk_compress_level'):
+                change()
+        assert cache.disk_compress is None and cache.reset('disk_compress') is None
+    before = sha256_file(db_path(directory))
+    with pytest.raises(ValueError, match='disk_compress_level'):
+        dc.Cache(directory, disk_compress='zlib')
+    assert sha256_file(db_path(directory)) == before
+    with dc.Cache(directory, disk_compress='zlib', disk_compress_level=None) as cache:
+        for change in (
+            lambda: cache.reset('disk_compress_level', 15),
+            lambda: setattr(cache, 'disk_compress_level', 15),
+        ):
+            with pytest.raises(ValueError, match='disk_compress_level'):
+                change()
+        cache.set('k', 'x' * 4000)
+    with pytest.raises(ValueError, match='disk_compress_level'):
+        dc.Cache(directory, disk_compress_level=15)
+    with dc.Cache(directory) as cache:
+        assert (cache.disk_compress, cache.disk_compress_level) == ('zlib', None)
+        assert cache.get('k') == 'x' * 4000
+
+
+def test_a_stored_compression_level_the_compressor_refuses_gives_way_to_the_default(tmp_path):
+    # As an earlier version stored it: Cache(d, disk_compress='zlib', disk_compress_level=100).
+    with dc.Cache(tmp_path, disk_compress='zlib', disk_compress_level=9) as cache:
+        cache.set('old', 'o' * 4000)
+    con = connect(str(tmp_path))
+    con.execute("UPDATE Settings SET value = 100 WHERE key LIKE '%disk_compress_level'")
+    con.close()
+    with pytest.warns(dc.StoredSettingWarning, match="'disk_compress_level' = 100"):
+        cache = dc.Cache(tmp_path)
+    with cache:
+        assert cache.disk_compress_level is None
+        cache.set('new', 'n' * 4000)
+        assert (cache.get('old'), cache.get('new')) == ('o' * 4000, 'n' * 4000)
+
+
+def test_a_pickle_protocol_pickle_cannot_take_is_refused_by_assignment(tmp_path):
+    with dc.Cache(tmp_path) as cache:
+        with pytest.raises(ValueError, match='disk_pickle_protocol'):
+            cache.disk_pickle_protocol = -(10**30)
+        cache.disk_pickle_protocol = -1  # pickle's highest
+        cache.set('k', {'a': 1})
+        assert cache.get('k') == {'a': 1}

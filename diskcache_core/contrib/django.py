@@ -37,6 +37,7 @@ Decisions, and why:
 from __future__ import annotations
 
 import contextlib
+import numbers
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, ContextManager
@@ -155,11 +156,10 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
             timeout = self.default_timeout
         if timeout is None:
             return None
-        if timeout > 0:
-            return float_seconds("timeout", timeout)
-        if timeout != timeout:  # NaN: would store the item already expired, silently
-            raise ValueError("timeout must not be NaN")
-        return _EXPIRED
+        if not isinstance(timeout, numbers.Real):  # a str, a Decimal: as Django's own refuse
+            raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+        seconds = float_seconds("timeout", timeout)  # NaN would store it expired, silently
+        return seconds if seconds > 0 else _EXPIRED
 
     def _batch(self, shard: Cache, retry: bool) -> ContextManager[Any]:
         """One transaction for a shard's part of a bulk write; with a remote (where a transaction
