@@ -55,6 +55,8 @@ from ._subcollections import SubCollections
 __all__ = ["LAYOUT_FILE", "MAX_SHARDS", "FanoutCache", "FanoutStats", "placement_hash"]
 
 R = TypeVar("R")
+# Settings rows `reset` reads as the sum over the shards (each holds its part), not shard 0's.
+_TOTALS = frozenset({"size_limit", "size", "count", "hits", "misses"})
 
 
 class FanoutStats(tuple[int, int]):
@@ -478,12 +480,12 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         """Read or change a setting on every shard; ``size_limit`` is split across them."""
         if value is ENOVAL:
             results = [shard.reset(key) for shard in self._shards]
-            return sum(results) if key == "size_limit" else results[0]
+            return sum(results) if key in _TOTALS else results[0]
         if key == "size_limit":
-            shares = split_evenly(validate_settings({key: value})[key], self._count)
-            for shard, share in zip(self._shards, shares):
+            total = validate_settings({key: value})[key]
+            for shard, share in zip(self._shards, split_evenly(total, self._count)):
                 shard.reset(key, share)
-            return value
+            return total
         result = None
         for shard in self._shards:  # every shard, each until its lock is had (as it must)
             while True:

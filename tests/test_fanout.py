@@ -718,3 +718,20 @@ def test_python_diskcache_placement_follows_a_disks_own_hash(tmp_path):
     peer = diskcache.FanoutCache(directory, shards=4, disk=hashing_disk(diskcache.Disk))
     assert peer.get('new') == 1  # and python-diskcache finds what we wrote
     peer.close()
+
+
+def test_reset_reads_totals_as_the_sum_over_the_shards(tmp_path):
+    """The item count, value-file bytes, hits and misses are per shard: reset() reads their
+    total, as len() and stats() do; size_limit returns the total it stored, validated."""
+    cache = FanoutCache(str(tmp_path / 'totals'), shards=4, statistics=True)
+    for number in range(12):
+        cache.set(number, b'x' * 40_000)  # value files: counted in 'size'
+    cache.get(1)
+    cache.get('missing')
+    cache.flush_access_log()
+    assert cache.reset('count') == len(cache) == 12
+    assert cache.reset('size') == 12 * 40_000
+    assert (cache.reset('hits'), cache.reset('misses')) == cache.stats() == (1, 1)
+    assert cache.reset('size_limit', 2.0**30) == 2**30 and type(cache.reset('size_limit')) is int
+    assert cache.reset('cull_limit') == 10  # a setting: every shard's (the first one's)
+    cache.close()
