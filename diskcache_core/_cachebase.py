@@ -33,6 +33,7 @@ from ._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
     SettingAttribute,
+    check_compress_change,
     check_disk_option,
     extra_attributes,
     usable_stored_settings,
@@ -151,6 +152,7 @@ class CacheBase:
         elif name == "exact_size_limit":
             self._evictor.set_exact(value)
         else:
+            check_compress_change(self._settings, name, value)  # (a level the codec refuses)
             self._settings.changed(name, value)
             self.__dict__.update(extra_attributes(self._settings))
             if name.startswith("disk_"):

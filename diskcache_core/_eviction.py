@@ -94,8 +94,9 @@ class Evictor:
 
     def wrote(self, db_key: Any, raw: Any, previous: Any, inserted: bool) -> None:
         """The write `note_write` announced stored the item. A new row holds the write's time
-        already: its refresh would be an UPDATE for nothing (the dearest part of a set of a new
-        key, measured), so it is taken back. An overwrite's is written within FLUSH_INTERVAL."""
+        already: its refresh would be an UPDATE for nothing (a seventh of the instructions of a
+        set of a new key, a third on a FanoutCache), so it is taken back. An overwrite's is
+        written within FLUSH_INTERVAL."""
         if inserted:
             self.access.unstore(db_key, raw, previous)
         elif self.access.needs_schedule():

@@ -90,10 +90,9 @@ def _increment_in_python(
             )
         try:
             value = current + delta
-        except OverflowError:  # a float plus an int beyond any float: name it
+        except OverflowError:  # a float plus an int beyond floats (not shown: str() may refuse it)
             raise ValueError(
-                f"cannot increment the value of {key!r}: {type(current).__name__} + {delta} is"
-                " too large for a float"
+                f"cannot increment the value of {key!r}: the sum is too large for a float"
             ) from None
         size, mode, new_file, db_value = disk.store(value, False, key=key)
         update = (now, size, mode, new_file, db_value, rowid)

@@ -438,8 +438,10 @@ def throttle(
     burst of `count` calls (as python-diskcache's does after decoration).
     """
     calls, period = check_seconds("count", count, "calls"), check_seconds("seconds", seconds)
-    rate = calls / period if 0 < calls < math.inf and 0 < period < math.inf else 0.0  # NaN too
-    if not 0 < rate < math.inf:  # (a rate of 0 would never let a call through)
+    rate = calls / period if period > 0 else 0.0
+    # Refused: a count or period of 0 or less, an infinite one, and a rate a float cannot hold
+    # (0 would never let a call through).
+    if not 0 < rate < math.inf:
         raise ValueError(
             f"throttle needs finite count > 0 and seconds > 0 with a rate a float can hold, "
             f"not {count!r}, {seconds!r}"

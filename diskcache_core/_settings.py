@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "SettingAttribute",
     "ShardSetting",
+    "check_compress_change",
     "check_compress_level",
     "usable_stored_settings",
     "validate_setting",
@@ -233,7 +234,7 @@ def _optional_int(name: str, value: Any) -> int | None:
 # Each compressor's levels (zstd's negative ones are its fast levels); with none chosen yet, a
 # level any of them takes. A level the compressor refuses would fail every later write.
 _LEVELS = {"zlib": range(-1, 10), "zstd": range(-(2**17), 23), "lz4": range(0, 17)}
-_ANY_LEVEL = range(-(2**17), 23)
+_ANY_LEVEL = range(min(r.start for r in _LEVELS.values()), max(r.stop for r in _LEVELS.values()))
 
 
 def check_compress_level(compress: Any, level: Any) -> None:
@@ -248,6 +249,13 @@ def check_compress_level(compress: Any, level: Any) -> None:
             f"setting 'disk_compress_level' must be None or from {levels.start} to"
             f" {levels.stop - 1}{codec}, not {level!r}"
         )
+
+
+def check_compress_change(settings: Settings, name: str, value: Any) -> None:
+    """`check_compress_level` of the pair once setting `name` of `settings` takes `value`."""
+    if name in ("disk_compress", "disk_compress_level"):
+        values = {**settings.values(), name: value}
+        check_compress_level(values["disk_compress"], values["disk_compress_level"])
 
 
 def _remote_url(name: str, value: Any) -> str | None:
@@ -468,10 +476,6 @@ class SettingAttribute(Generic[T]):
         return value
 
     def __set__(self, instance: object, value: T) -> None:
-        if self.name in ("disk_compress", "disk_compress_level"):  # the pair must fit
-            values = getattr(instance, "_settings").values()
-            values[self.name] = validate_setting(self.name, value)
-            check_compress_level(values["disk_compress"], values["disk_compress_level"])
         getattr(instance, "_apply_setting")(self.name, value)
 
 

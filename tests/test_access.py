@@ -289,8 +289,9 @@ def test_flush_access_log_waits_for_a_batch_the_background_flusher_took(tmp_path
 @pytest.mark.parametrize('policy', ['least-recently-stored', 'least-recently-used'])
 def test_a_write_that_inserts_leaves_no_refresh_and_an_overwrite_does(make_store, policy):
     """A set, add or incr that makes a new row stores its time in the row: nothing is left for
-    the flusher (whose UPDATE would change nothing, and cost a third of the set). An overwrite,
-    which leaves the row's time alone, leaves its refresh, which orders the item as the newest."""
+    the flusher (whose UPDATE would change nothing, a seventh of a set's instructions). An
+    overwrite, which leaves the row's time alone, leaves its refresh, which orders the item as
+    the newest."""
     cache = make_store(eviction_policy=policy)
     access = cache._evictor.access
     cache.set('a', 1)
