@@ -11,7 +11,7 @@ from typing import Any
 __all__ = [
     "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
     "check_bindable", "check_expire", "check_key", "check_seconds", "check_side", "check_tag",
-    "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
+    "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape", "whole_number",
 ]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
@@ -197,3 +197,29 @@ def shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: b
     if want_expire:
         return (value, expire_time, tag) if want_tag else (value, expire_time)
     return (value, tag) if want_tag else value
+
+
+def whole_number(
+    name: str, value: Any, minimum: int | None = 0, maximum: int | None = None,
+    what: str = "setting",
+) -> int:
+    """`value` as an int within bounds; TypeError or ValueError naming the `what` `name`.
+
+    Integral floats (``size_limit=1e9``) and other integer types (numpy's) are the int they
+    equal; bool is not a size.
+    """
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    elif type(value) is not int:  # (a subclass of int included: made an int below)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            kind = type(value).__name__
+            raise TypeError(f"{what} {name!r} must be an int, not {kind}: {value!r}")
+        value = int(value)
+    number: int = value
+    if maximum is None or maximum > INT64_MAX:
+        maximum = INT64_MAX  # what an SQLite INTEGER holds
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{what} {name!r} must be >= {minimum}, got {number}")
+    if number > maximum:
+        raise ValueError(f"{what} {name!r} must be <= {maximum}, got {number}")
+    return number

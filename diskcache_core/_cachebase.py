@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from . import _checkpointer, _reaper
 from . import _schema as sql
-from ._arguments import check_timeout
+from ._arguments import check_timeout, whole_number
 from ._check import check_cache
 from ._connections import FetchedRows
 from ._directories import open_cache_directory
@@ -39,7 +39,6 @@ from ._settings import (
     usable_stored_settings,
     validate_setting,
     validate_settings,
-    whole_number,
 )
 from ._store import Store
 

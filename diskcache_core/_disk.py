@@ -21,9 +21,10 @@ import pickletools
 import stat
 import struct
 import zlib
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Iterable
 
-from ._arguments import check_text
+from ._arguments import check_text, whole_number
+from ._codecs import CODEC_NAMES_BY_ID, check_compress_level, codec_named
 from ._errors import DiskCacheError, DiskFullError, UnsafeValueFileError
 from ._ownership import PRIVATE, Ownership
 from ._valuefiles import (
@@ -84,82 +85,10 @@ _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
 
 
-class _Codec:
-    """One compressor: an id stored in the mode bits, and its two functions."""
-
-    def __init__(
-        self,
-        name: str,
-        codec_id: int,
-        compress: Callable[[bytes, int | None], bytes],
-        decompress: Callable[[bytes], bytes],
-    ) -> None:
-        self.name = name
-        self.codec_id = codec_id
-        self.compress = compress
-        self.decompress = decompress
-
-
-def _zlib_codec() -> _Codec:
-    return _Codec(
-        "zlib",
-        1,
-        lambda data, level: zlib.compress(data, -1 if level is None else level),
-        zlib.decompress,
-    )
-
-
-def _zstd_codec() -> _Codec:
-    import zstandard  # optional dependency, imported only when asked for
-
-    decompressor = zstandard.ZstdDecompressor()
-
-    def compress(data: bytes, level: int | None) -> bytes:
-        # With a checksum of the content, a damaged frame is an error, never a wrong value.
-        level = 3 if level is None else level
-        return zstandard.ZstdCompressor(level=level, write_checksum=True).compress(data)
-
-    return _Codec("zstd", 2, compress, decompressor.decompress)
-
-
-def _lz4_codec() -> _Codec:
-    import lz4.frame  # optional dependency, imported only when asked for
-
-    def compress(data: bytes, level: int | None) -> bytes:
-        # lz4 ships no type information: its compress is typed here, where it is called.
-        level = 0 if level is None else level
-        return cast(bytes, lz4.frame.compress(data, compression_level=level, content_checksum=True))
-
-    return _Codec("lz4", 3, compress, lz4.frame.decompress)
-
-
-_CODEC_FACTORIES: dict[str, tuple[int, Callable[[], _Codec], str]] = {
-    "zlib": (1, _zlib_codec, "the standard library"),
-    "zstd": (2, _zstd_codec, "pip install zstandard"),
-    "lz4": (3, _lz4_codec, "pip install lz4"),
-}
-_CODEC_NAMES_BY_ID = {codec_id: name for name, (codec_id, _, _) in _CODEC_FACTORIES.items()}
-_loaded_codecs: dict[str, _Codec] = {}
-
-
-def _codec(name: str) -> _Codec:
-    """The codec called `name`, imported on first use, with a clear error when unavailable."""
-    codec = _loaded_codecs.get(name)
-    if codec is None:
-        try:
-            _, factory, install = _CODEC_FACTORIES[name]
-        except KeyError:
-            choices = ", ".join(sorted(_CODEC_FACTORIES))
-            raise ValueError(f"unknown compressor {name!r}; choose one of: {choices}") from None
-        try:
-            codec = factory()
-        except ImportError as exc:
-            raise DiskCacheError(f"compressor {name!r} is not installed ({install})") from exc
-        _loaded_codecs[name] = codec
-    return codec
-
-
 # --- Disk ----------------------------------------------------------------------------------
+
+
+_OPTION = "Disk option"
 
 
 class Disk:
@@ -184,16 +113,23 @@ class Disk:
         compress_level: int | None = None,
         compress_threshold: int = 1024,
     ) -> None:
+        # Checked here, as a Cache checks its disk_* settings: a Disk made directly with a bad
+        # option would otherwise fail later, at some write or read, with an unrelated error.
         self._directory = directory
         self._real_directory = op.realpath(directory)
-        self.min_file_size = min_file_size
-        self.pickle_protocol = pickle_protocol
+        self.min_file_size = whole_number("min_file_size", min_file_size, what=_OPTION)
+        self.pickle_protocol = whole_number(
+            "pickle_protocol", pickle_protocol, -1, pickle.HIGHEST_PROTOCOL, what=_OPTION
+        )
+        self.compress = compress
         # A subclass written the python-diskcache way sets its own ``compress_level`` (say, for
         # its JSON compression) before calling this: when none is given here, it stays.
         if compress_level is not None or not hasattr(self, "compress_level"):
+            if compress_level is not None:
+                compress_level = whole_number("compress_level", compress_level, None, what=_OPTION)
+                check_compress_level(compress, compress_level, f"{_OPTION} 'compress_level'")
             self.compress_level = compress_level
-        self.compress_threshold = compress_threshold
-        self.compress = compress
+        self.compress_threshold = whole_number("compress_threshold", compress_threshold, what=_OPTION)
 
     # `compress` is a property so that Cache.reset('disk_compress', ...) revalidates it.
     @property
@@ -203,7 +139,7 @@ class Disk:
 
     @compress.setter
     def compress(self, name: str | None) -> None:
-        self._codec = None if name is None else _codec(name)
+        self._codec = None if name is None else codec_named(name)
 
     # -- keys --
 
@@ -492,10 +428,10 @@ class Disk:
 
     @staticmethod
     def _decompress(codec_id: int, data: bytes) -> bytes:
-        name = _CODEC_NAMES_BY_ID.get(codec_id)
+        name = CODEC_NAMES_BY_ID.get(codec_id)
         if name is None:
             raise DiskCacheError(f"unknown compressor id {codec_id} in the cache database")
-        decompress = _codec(name).decompress
+        decompress = codec_named(name).decompress
         try:
             return decompress(data)
         except Exception as exc:  # zlib.error, zstandard.ZstdError, lz4's RuntimeError
@@ -512,6 +448,10 @@ class JSONDisk(Disk):
     def __init__(self, directory: str, compress_level: int = 1, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
         # python-diskcache's meaning: the zlib level of the JSON (also used by `compress`).
+        if compress_level is not None:
+            compress_level = whole_number("compress_level", compress_level, None, what=_OPTION)
+            check_compress_level("zlib", compress_level, f"JSONDisk's {_OPTION} 'compress_level'")
+            check_compress_level(self.compress, compress_level, f"{_OPTION} 'compress_level'")
         self.compress_level = compress_level
 
     @property

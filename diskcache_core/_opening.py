@@ -54,6 +54,11 @@ def open_database(
 ) -> Opened:
     """Open (creating if needed) the database in `directory` with the validated settings
     `checked` (stored) and `code_only` (never stored)."""
+    # The Disk checks its options before a file is made: those given, the defaults for the rest
+    # (with those stored, it is made again once they are read, below).
+    given = Settings()
+    given.update(checked)
+    disk_type(directory, **given.disk_options(code_only))
     settings = Settings()
 
     def configure(con: sqlite3.Connection) -> None:  # every new connection's pragmas

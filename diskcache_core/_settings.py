@@ -18,8 +18,8 @@ import sys
 import warnings
 from typing import Any, Callable, Generic, TypeVar, overload
 
-from ._arguments import INT64_MAX, INT64_MIN, float_seconds
-from ._disk import _CODEC_FACTORIES, _codec
+from ._arguments import INT64_MAX, INT64_MIN, float_seconds, whole_number
+from ._codecs import CODEC_FACTORIES, check_compress_level, codec_named
 from ._errors import StoredSettingWarning
 from ._schema import EVICTION_POLICY, METADATA, POLICIES
 
@@ -173,32 +173,6 @@ CODE_ONLY_SETTINGS = frozenset(
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def whole_number(
-    name: str, value: Any, minimum: int | None = 0, maximum: int | None = None,
-    what: str = "setting",
-) -> int:
-    """`value` as an int within bounds; TypeError or ValueError naming the `what` `name`.
-
-    Integral floats (``size_limit=1e9``) and other integer types (numpy's) are the int they
-    equal; bool is not a size.
-    """
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    elif type(value) is not int:  # (a subclass of int included: made an int below)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            kind = type(value).__name__
-            raise TypeError(f"{what} {name!r} must be an int, not {kind}: {value!r}")
-        value = int(value)
-    number: int = value
-    if maximum is None or maximum > INT64_MAX:
-        maximum = INT64_MAX  # what an SQLite INTEGER holds
-    if minimum is not None and number < minimum:
-        raise ValueError(f"{what} {name!r} must be >= {minimum}, got {number}")
-    if number > maximum:
-        raise ValueError(f"{what} {name!r} must be <= {maximum}, got {number}")
-    return number
-
-
 def _flag(name: str, value: Any) -> int:
     if value in (0, 1) and (type(value) in (bool, int) or isinstance(value, numbers.Integral)):
         return int(value)
@@ -220,35 +194,15 @@ def _policy(name: str, value: Any) -> str:
 def _compressor(name: str, value: Any) -> str | None:
     if value is None:
         return None
-    if value not in _CODEC_FACTORIES:
-        choices = ", ".join(sorted(_CODEC_FACTORIES))
+    if value not in CODEC_FACTORIES:
+        choices = ", ".join(sorted(CODEC_FACTORIES))
         raise ValueError(f"unknown compressor {value!r} for {name!r}; choose one of: {choices}")
-    _codec(value)  # import it now: a compressor that is not installed fails before any write
+    codec_named(value)  # import it now: a compressor that is not installed fails before any write
     return str(value)
 
 
 def _optional_int(name: str, value: Any) -> int | None:
     return None if value is None else whole_number(name, value, minimum=None)
-
-
-# Each compressor's levels (zstd's negative ones are its fast levels); with none chosen yet, a
-# level any of them takes. A level the compressor refuses would fail every later write.
-_LEVELS = {"zlib": range(-1, 10), "zstd": range(-(2**17), 23), "lz4": range(0, 17)}
-_ANY_LEVEL = range(min(r.start for r in _LEVELS.values()), max(r.stop for r in _LEVELS.values()))
-
-
-def check_compress_level(compress: Any, level: Any) -> None:
-    """ValueError unless `level` (None: the default) is a level of compressor `compress`.
-
-    Checked wherever both are known: they may be given apart, or one given and one stored.
-    """
-    levels = _LEVELS.get(compress, _ANY_LEVEL)
-    if level is not None and level not in levels:
-        codec = f" with disk_compress={compress!r}" if compress in _LEVELS else ""
-        raise ValueError(
-            f"setting 'disk_compress_level' must be None or from {levels.start} to"
-            f" {levels.stop - 1}{codec}, not {level!r}"
-        )
 
 
 def check_compress_change(settings: Settings, name: str, value: Any) -> None:
