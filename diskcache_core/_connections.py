@@ -64,7 +64,7 @@ class ThreadState:
 
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "inserted", "reader", "close_after", "inherited",
+        "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -88,6 +88,8 @@ class ThreadState:
         self.versions: dict[int, int] = {}
         # Bytes written by the open transaction: counted towards the size check at its commit.
         self.charge = 0
+        # Of those, the bytes written to the WAL: values stored inline (not in value files).
+        self.logged = 0
         # Whether the latest `Store.write` inserted a row (set by the insert trigger's function).
         self.inserted = False
         # Runs the statements instead of `con` where this process may only read the database.

@@ -72,7 +72,10 @@ class Queues:
                     f"cannot push to the {side} of queue {prefix!r}: its next key, {db_key!r},"
                     " is an item's key (set directly, outside the queue's range)"
                 ) from None
-            state.charge += max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
+            charge = max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
+            state.charge += charge
+            if filename is None:
+                state.logged += charge  # (a value file's bytes are not written to the WAL)
         return db_key
 
     def pull(

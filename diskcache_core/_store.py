@@ -151,9 +151,12 @@ class Store:
         if state.depth:
             if new_file is not None:
                 state.created.append(new_file)
+            else:
+                state.logged += charge
             state.charge += charge
             return cursor.rowcount, None
-        return cursor.rowcount, self._after_commit(state, charge)
+        # A value in a value file is not written to the WAL: only its row is.
+        return cursor.rowcount, self._after_commit(state, charge, 0 if new_file else charge)
 
     def inserted(self) -> bool:
         """Whether this thread's latest `write` inserted a row (rather than updated one)."""
@@ -253,8 +256,12 @@ class Store:
         if handoff is not None and handoff.words[WAITING_WORD]:
             handoff.released()
 
-    def _after_commit(self, state: ThreadState, charge: int) -> dict[int, int] | None:
-        """THE after-commit hook (see the module docstring); returns the versions published."""
+    def _after_commit(
+        self, state: ThreadState, charge: int, logged: int
+    ) -> dict[int, int] | None:
+        """THE after-commit hook (see the module docstring); returns the versions published.
+
+        `charge`: the bytes the transaction stored; `logged`: those of them in the WAL."""
         handoff = self.handoff
         if handoff is not None and handoff.words[WAITING_WORD]:  # _released, inline: every write
             handoff.released()
@@ -270,7 +277,7 @@ class Store:
             names = list(state.released)
             state.released.clear()
             _reaper.remove_later(self.disk, names)
-        self.wal_bytes += charge + _COMMIT_PAGE  # a commit writes a page or more
+        self.wal_bytes += logged + _COMMIT_PAGE  # a commit writes a page or more
         if not self.wal_noted and (self.wal_bytes >= PASS_BYTES or self.free_pages_left):
             note_commit(self)  # the checkpoint thread has work (_checkpointer.is_due, inline)
         if charge:  # removals (charge 0) never trigger the size check themselves
@@ -380,13 +387,13 @@ class Store:
                     state.created = created  # COMMIT failed, or never ran: undo the block
                     self._rollback(state)
                 else:  # a signal just after COMMIT ran: the transaction stands
-                    state.charge = 0
-                    self._after_commit(state, 0)
+                    state.charge = state.logged = 0
+                    self._after_commit(state, 0, 0)
                 if isinstance(exc, sqlite3.Error):
                     raise translate_sqlite_error(exc, self.pool.path) from exc
                 raise
-            charge, state.charge = state.charge, 0
-            self._after_commit(state, charge)
+            charge, logged, state.charge, state.logged = state.charge, state.logged, 0, 0
+            self._after_commit(state, charge, logged)
         finally:
             if state.close_after:  # close() was called inside it
                 self.pool.close_current()
@@ -412,7 +419,7 @@ class Store:
         self._released()
         self._publish(state)  # nothing changed; the buckets may be filled again
         state.released.clear()  # nothing stopped naming them after all
-        state.charge = 0
+        state.charge = state.logged = 0
         created = list(state.created)
         state.created.clear()
         for name in created:

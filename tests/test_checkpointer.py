@@ -3,6 +3,7 @@ trimming off the writers' path, and the defaults that go with it."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sqlite3
@@ -10,6 +11,7 @@ import threading
 import time
 
 import pytest
+from store_helpers import value_files
 
 import diskcache_core as dc
 from diskcache_core import _checkpointer
@@ -326,4 +328,31 @@ def test_reads_leave_no_snapshot_open_between_calls(tmp_path, memory_size_limit)
         writer.set('later', 1)  # frames past the snapshot that read may have kept
         assert truncate_checkpoint_busy(cache) == 0
     writer.close()
+    cache.close()
+
+
+@pytest.mark.parametrize('in_transaction', [False, True])
+def test_only_values_stored_inline_count_as_written_to_the_wal(tmp_path, in_transaction):
+    # A value file's bytes never enter the WAL: counting them woke a checkpoint round (two
+    # fsyncs, a connection opened) for every large set, and copied nothing.
+    cache = dc.Cache(str(tmp_path / 'c'), disk_min_file_size=2**16)
+    store = cache._store
+    store.wal_noted = True  # (no round is noted meanwhile: the count is left as written)
+    with cache.transact() if in_transaction else contextlib.nullcontext():
+        cache.set('warm', b'')  # the connection opened, the schema read
+    cache.push(b'')
+    before = store.wal_bytes
+    with cache.transact() if in_transaction else contextlib.nullcontext():
+        for number in range(20):
+            cache.set(number, b'f' * 2**20)  # a value file each
+            cache.push(b'q' * 2**20)  # in a value file too
+    in_files = store.wal_bytes - before
+    assert len(value_files(cache.directory)) == 40
+    before = store.wal_bytes
+    with cache.transact() if in_transaction else contextlib.nullcontext():
+        for number in range(20):
+            cache.set(number, b'i' * 60_000)  # inline
+    inline = store.wal_bytes - before
+    assert inline >= 20 * 60_000
+    assert in_files < 20 * 2**20 / 16  # a commit page or so each, not the 40 MB
     cache.close()
