@@ -8,6 +8,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from ._errors import FloatOverflowError
+
 __all__ = [
     "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
     "check_bindable", "check_expire", "check_key", "check_seconds", "check_side", "check_tag",
@@ -139,7 +141,7 @@ def float_seconds(name: str, value: Any, why_not_nan: str = "") -> float:
         seconds = float(value)
     except OverflowError:  # (an int of over 4300 digits cannot even be shown: its size is)
         shown = f"(an int of {value.bit_length()} bits)" if isinstance(value, int) else value
-        raise ValueError(f"{name} {shown} is too large for a float number of seconds") from None
+        raise FloatOverflowError(f"{name} {shown} is too large for a float number of seconds") from None
     if seconds != seconds:
         raise ValueError(f"{name} must not be NaN{why_not_nan}")
     return seconds

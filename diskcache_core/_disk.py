@@ -439,7 +439,7 @@ class Disk:
 
 
 class JSONDisk(Disk):
-    """Keys and values as JSON, compressed with zlib at `compress_level` (0-9; 1 is fastest).
+    """Keys and values as JSON, compressed with zlib at `compress_level` (-1 to 9; 1 is fastest).
 
     JSON keeps data readable by other languages and never runs code on load; tuples come back
     as lists.

@@ -11,6 +11,9 @@
           ├── UnsafeValueFileError       a value-file name that escapes the cache directory
           └── UnsafePickleError          SafeDisk refused to unpickle a type (also UnpicklingError)
 
+    ValueError
+     └── FloatOverflowError              a number too large for a float (also OverflowError)
+
     UserWarning
      ├── UnknownFileWarning              Cache.check: a file no row names
      ├── ReadOnlyCacheWarning            a read-only cache read by reopening it per statement
@@ -32,6 +35,7 @@ __all__ = [
     "DiskCacheError",
     "DiskFullError",
     "EmptyDirWarning",
+    "FloatOverflowError",
     "ReadOnlyCacheWarning",
     "RemoteError",
     "RemoteUnavailableError",
@@ -96,6 +100,12 @@ class UnsafeValueFileError(DiskCacheError):
 
 class UnsafePickleError(DiskCacheError, pickle.UnpicklingError):
     """SafeDisk refused to unpickle a type that is not on its allow-list."""
+
+
+class FloatOverflowError(ValueError, OverflowError):
+    """A number too large for a float, given where one is needed (a timeout, an increment of a
+    float, an average): a ValueError naming the argument, and the OverflowError that ``float()``
+    (and python-diskcache, for these) raises."""
 
 
 class UnknownFileWarning(UserWarning):

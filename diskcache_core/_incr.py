@@ -15,6 +15,7 @@ from typing import Any
 from . import _schema as sql
 from ._connections import NO_VALUE
 from ._disk import Disk
+from ._errors import FloatOverflowError
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["check_delta", "increment"]
@@ -91,7 +92,7 @@ def _increment_in_python(
         try:
             value = current + delta
         except OverflowError:  # a float plus an int beyond floats (not shown: str() may refuse it)
-            raise ValueError(
+            raise FloatOverflowError(
                 f"cannot increment the value of {key!r}: the sum is too large for a float"
             ) from None
         size, mode, new_file, db_value = disk.store(value, False, key=key)

@@ -3,12 +3,7 @@
 Each part is written once and shared by every decorator, every cache type and both kinds of
 function:
 
-- Keys. `make_key` turns a call's arguments into a canonical JSON string: tuples, str, bytes,
-  int, float, bool and None (and lists, dicts, sets of them) encode by value, so equal arguments
-  give the same key in every process and every run. python-diskcache pickles the argument tuple
-  instead, whose bytes depend on object identity (``('ab', 'ab')`` pickles differently when the
-  two strings are one object) and on type (``f(3)`` and ``f(3.0)`` miss each other even
-  untyped). Other types fall back to pickle (fixed protocol).
+- Keys: `make_key` (see _memokeys.py).
 - Procedures. A generator per strategy says *what* to do — look up, compute, store, sleep, start
   a background refresh — by yielding requests, and receives the results.
 - Drivers. `_drive` carries the requests out for a plain function (direct calls, ``time.sleep``,
@@ -23,27 +18,24 @@ the Django backend can all hand themselves (or their store) to these functions.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import inspect
 import math
 import numbers
-import pickle
-import pickletools
 import random
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable
-from json.encoder import encode_basestring_ascii
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from ._arguments import check_expire, check_tag
 from ._async import run_sync
 from ._disk import ENOVAL
-from ._errors import Timeout
+from ._errors import FloatOverflowError, Timeout
+from ._memokeys import check_ignore, encode_value, make_key, quote_text
 from ._recipes import Lock, backoff_delays, full_name, lease_seconds
 
-__all__ = ["MemoizeDecorator", "Memoized", "make_key", "memoize", "memoize_stampede"]
+__all__ = ["MemoizeDecorator", "Memoized", "memoize", "memoize_stampede"]
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
@@ -81,139 +73,6 @@ class MemoizeDecorator(Protocol):
     def __call__(self, func: Callable[P, R], /) -> Memoized[P, R]: ...
 
 
-# --- keys --------------------------------------------------------------------------------------
-
-_PICKLE_PROTOCOL = 4  # fixed, not the interpreter's default: keys must not change with Python
-
-
-def _quote(value: str) -> str:
-    """`value` as a JSON string literal in ASCII (so lone surrogates cannot break the UTF-8 the
-    database wants). A str holding surrogates is tagged with its code units instead: in JSON,
-    the pair ``\\ud83d\\ude00`` and the one character it stands for would read the same."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return '{"str":"' + value.encode("utf-8", "surrogatepass").hex() + '"}'
-    return encode_basestring_ascii(value)
-
-
-_INT64 = 2**63
-_SPECIAL_FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def _encode(value: Any) -> str:
-    """`value` as canonical JSON text: equal for equal values in every process and run.
-
-    Numbers that compare equal encode equally (``1``, ``1.0``, ``True``); `typed` keys add the
-    types. Tuples become JSON arrays; every other container is tagged so none collide. The
-    text is built directly: ``json.dumps`` with options builds a new encoder on every call.
-    """
-    kind = type(value)
-    if kind is str:  # (_quote, inlined for the common ASCII argument)
-        return encode_basestring_ascii(value) if value.isascii() else _quote(value)
-    if kind is int or kind is bool:
-        return _encode_int(int(value))
-    if value is None:
-        return "null"
-    if kind is float:
-        if value.is_integer():
-            return _encode_int(int(value))
-        text = repr(value)  # shortest round-trip form: the same everywhere
-        return _SPECIAL_FLOATS.get(text, text)
-    if kind is tuple:
-        return "[" + ",".join(map(_encode, value)) + "]"
-    if kind is bytes:
-        return '{"bytes":"' + bytes.hex(value) + '"}'
-    if kind is list:
-        return '{"list":[' + ",".join(map(_encode, value)) + "]}"
-    if kind is dict:
-        items = sorted("[" + _encode(k) + "," + _encode(v) + "]" for k, v in value.items())
-        return '{"dict":[' + ",".join(items) + "]}"
-    if kind is set or kind is frozenset:  # {1} == frozenset({1}): one tag for both
-        return '{"set":[' + ",".join(sorted(map(_encode, value))) + "]}"
-    return _pickled(value)
-
-
-def _pickled(value: Any) -> str:
-    data = pickletools.optimize(pickle.dumps(value, protocol=_PICKLE_PROTOCOL))
-    return '{"pickle":"' + base64.b64encode(data).decode("ascii") + '"}'
-
-
-def _encode_argument(value: Any) -> str:
-    """`_encode`, or for a container that holds itself (or is nested too deeply to walk) its
-    pickle, which keeps such cycles: the argument is still a key, as in python-diskcache."""
-    try:
-        return _encode(value)
-    except RecursionError:
-        return _pickled(value)
-
-
-def _arguments_text(
-    args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str], encode: Callable[[Any], str]
-) -> str:
-    text = ",".join(map(encode, args)) + "],["
-    if names:
-        text += ",".join("[" + _quote(name) + "," + encode(kwargs[name]) + "]" for name in names)
-    return text
-
-
-def _encode_int(value: int) -> str:
-    # Decimal up to 64 bits; bigger in hex (str(int) is limited to 4300 digits by default).
-    return str(value) if -_INT64 <= value < _INT64 else '{"int":"' + hex(value) + '"}'
-
-
-def _type_name(kind: type) -> str:
-    return _quote(f"{kind.__module__}.{kind.__qualname__}")
-
-
-def make_key(
-    base: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    typed: bool = False,
-    ignore: Iterable[int | str] = (),
-) -> str:
-    """The cache key of a call: ``[base,[args],[[name,value],...]]`` (+ types), JSON text.
-
-    Keyword arguments are sorted by name. Positions and names in `ignore` are left out. With
-    `typed`, the arguments' type names are appended, so ``f(3)`` and ``f(3.0)`` differ.
-    """
-    if ignore:
-        skip = ignore if type(ignore) is frozenset else _ignored(ignore)
-        args = tuple(arg for index, arg in enumerate(args) if index not in skip)
-        kwargs = {name: value for name, value in kwargs.items() if name not in skip}
-    names = sorted(kwargs)
-    try:
-        arguments = _arguments_text(args, kwargs, names, _encode)
-    except RecursionError:  # rare: a cycle; the common call pays no extra frame per argument
-        arguments = _arguments_text(args, kwargs, names, _encode_argument)
-    text = _quote(base) + ",[" + arguments + "]"
-    if typed:
-        types = [type(arg) for arg in args] + [type(kwargs[name]) for name in names]
-        text += ",[" + ",".join(map(_type_name, types)) + "]"
-    return "[" + text + "]"
-
-
-def _ignored(ignore: Any) -> frozenset[Any]:
-    """`ignore` as a set; not a str, which would ignore its letters (python-diskcache: substrings)."""
-    if isinstance(ignore, (str, bytes)) or not isinstance(ignore, Iterable):
-        raise TypeError(f"ignore must be a set of positions and names as {{0, 'session'}}, not {ignore!r:.50}")
-    return frozenset(ignore)
-
-
-def args_to_key(
-    base: tuple[str] | str, args: tuple[Any, ...], kwargs: dict[str, Any], typed: bool,
-    ignore: Iterable[int | str],
-) -> str:
-    """python-diskcache's name and signature for `make_key`: the key ``memoize`` stores for a
-    call, its `base` the one-item tuple of the function's name (or that name)."""
-    name = base[0] if type(base) is tuple and len(base) == 1 else base
-    if type(name) is not str:
-        raise TypeError(f"base must be a function's name or a one-item tuple of it, not {base!r}")
-    return make_key(name, args, kwargs, typed, ignore)
-
-
 # --- what every memoized function shares -------------------------------------------------------
 
 
@@ -235,7 +94,7 @@ class _Memo:
         self.cache = cache
         self.base = full_name(func) if name is None else name
         self.typed = typed
-        self.ignore = _ignored(ignore)
+        self.ignore = check_ignore(ignore)
         self.key = key
         self.expire = expire
         self.tag = tag
@@ -246,7 +105,7 @@ class _Memo:
         if self.key is not None:
             # Namespaced by the function's name, so two functions sharing a key function
             # never read each other's results.
-            return "[" + _quote(self.base) + "," + _encode(self.key(*args, **kwargs)) + "]"
+            return "[" + quote_text(self.base) + "," + encode_value(self.key(*args, **kwargs)) + "]"
         return make_key(self.base, args, kwargs, self.typed, self.ignore)
 
     def worth_storing(self, result: Any) -> bool:
@@ -258,9 +117,12 @@ class _Memo:
     def lookup(self, key: str) -> functools.partial[Any]:
         return functools.partial(self.cache.get, key, default=ENOVAL, retry=True)
 
+    def store(self, key: str, value: Any) -> None:
+        self.cache.set(key, value, expire=self.expire, tag=self.tag, retry=True)
+
 
 def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: Any) -> None:
-    _ignored(ignore)
+    check_ignore(ignore)
     if callable(name):
         # `@cache.memoize` without parentheses hands the function over as `name`.
         raise TypeError("name cannot be callable")
@@ -316,7 +178,7 @@ def _compute_and_store(memo: _Memo, key: str, timed: bool) -> Steps:
     result = yield _COMPUTE
     if memo.worth_storing(result):
         value = (result, time.perf_counter() - start) if timed else result
-        yield functools.partial(memo.cache.set, key, value, expire=memo.expire, tag=memo.tag, retry=True)
+        yield functools.partial(memo.store, key, value)
     return result
 
 
@@ -480,6 +342,21 @@ def _wrap(func: Callable[..., Any], memo: _Memo, procedure: Callable[[_Memo, str
             return await _adrive(procedure(memo, cache_key(*args, **kwargs)), func, args, kwargs)
 
         wrapper: Any = async_wrapper
+    elif procedure is _memoize_steps:  # the commonest: _memoize_steps written out, so that a
+        get = memo.cache.get  # recursive function nests two frames a call (not three), as it
+        # does with python-diskcache: the same recursion limit lets it go as deep.
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            key = cache_key(*args, **kwargs)
+            found = get(key, default=ENOVAL, retry=True)
+            if found is not ENOVAL:
+                return found
+            result = func(*args, **kwargs)
+            if memo.worth_storing(result):
+                memo.store(key, result)
+            return result
+
     else:
 
         @functools.wraps(func)
@@ -541,7 +418,7 @@ def _check_number(option: str, number: Any) -> float:
     try:
         value = float(number)
     except OverflowError:
-        raise ValueError(f"{option} is too large for a float") from None
+        raise FloatOverflowError(f"{option} is too large for a float") from None
     if not value >= 0:  # NaN too
         raise ValueError(f"{option} must be >= 0, not {number!r}")
     return value

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._arguments import check_seconds
 from ._disk import DELETE, KEEP
+from ._errors import FloatOverflowError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -169,13 +170,15 @@ class Averager:
         self._tag = tag
 
     def add(self, value: float) -> None:
-        """Add `value` to the average (an int too large for a float is a ValueError)."""
+        """Add `value` to the average (an int too large for a float: FloatOverflowError)."""
         if isinstance(value, int):
             try:
                 float(value)  # what adding it to the float total does
             except OverflowError:
                 bits = value.bit_length()  # (not its digits: str() of a huge int is limited)
-                raise ValueError(f"value (an int of {bits} bits) is too large for a float average") from None
+                raise FloatOverflowError(
+                    f"value (an int of {bits} bits) is too large for a float average"
+                ) from None
 
         def added(current: tuple[float, int]) -> tuple[Any, None]:
             total, count = current
@@ -420,6 +423,11 @@ class BoundedSemaphore:
         self.release()
 
 
+# Seconds (or a throttle's period, if longer) by which the bucket's time may lead a reading of
+# time_func before that clock is taken to be another one (see `throttle`).
+_CLOCK_CHANGE = 60.0
+
+
 def throttle(
     cache: Any,
     count: int,
@@ -435,7 +443,10 @@ def throttle(
     A token bucket in one item: it holds ``(last_time, tokens)``, refills at
     ``count / seconds`` tokens a second up to `count`, and each call takes one token, sleeping
     until one is available. A missing item is a full bucket, so a fresh cache starts with a
-    burst of `count` calls (as python-diskcache's does after decoration).
+    burst of `count` calls (as python-diskcache's does after decoration). The bucket outlives
+    the process (python-diskcache's starts full at each decoration): a restart does not reset
+    the limit. A `time_func` reading earlier than the bucket's time (another clock) counts on
+    from its own reading.
     """
     calls, period = check_seconds("count", count, "calls"), check_seconds("seconds", seconds)
     rate = calls / period if period > 0 else 0.0
@@ -447,10 +458,10 @@ def throttle(
             f"not {count!r}, {seconds!r}"
         )
     # A call takes one token when the bucket holds one, or is full (a `count` below 1: a call
-    # every 1 / rate seconds). The margin absorbs float rounding: a wait of 1e-14 s would not
-    # move a clock that reads 1000.4 (and a clock that does not move waits for ever).
+    # every 1 / rate seconds). The margin absorbs float rounding.
     needed = min(1.0, calls)
     expire = _lease(expire)  # (a bucket that expires as it is stored would never limit)
+    clock_change = max(period, _CLOCK_CHANGE)
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name
@@ -461,10 +472,18 @@ def throttle(
 
             def take(current: tuple[float, float]) -> tuple[Any, float]:
                 last, stored = current
+                keep: Any
+                if last - now > clock_change:  # time_func is another clock now (a restart):
+                    last, keep = now, (now, stored)  # count from its reading, never wait out
+                else:  # the difference (a thread that read its clock, then lost a race to
+                    # the item, reads a little earlier: it finds fewer tokens, as it must)
+                    keep = KEEP
                 tokens: float = min(calls, stored + (now - last) * rate)
                 if tokens >= needed - 1e-9:
                     return (now, tokens - 1), 0.0
-                return KEEP, (needed - tokens) / rate
+                # A wait the clock can tell from none: a far smaller one (a rounding remainder)
+                # leaves a clock reading 1.7e9 (or one a sleep_func advances) where it was.
+                return keep, max((needed - tokens) / rate, 4 * math.ulp(now))
 
             return float(_change(cache, key, take, (now, calls), expire, tag))
 

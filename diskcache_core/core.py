@@ -17,7 +17,7 @@ from ._disk import (
     JSONDisk,
 )
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
-from ._memo import args_to_key
+from ._memokeys import args_to_key
 from ._recipes import full_name
 from ._schema import DBNAME, EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS

@@ -138,6 +138,41 @@ def test_typed_separates_equal_values_of_different_types(cache):
     assert typed.__cache_key__(x=3) != typed.__cache_key__(x=3.0)
 
 
+def test_typed_separates_types_inside_containers(cache):
+    # The types of the arguments themselves were named, not those inside them: typed=True gave
+    # f((1.0, 2.0)) the result computed for f((1, 2)).
+    body = counted(lambda x: repr(x))
+    typed = cache.memoize(name='typed-nested', typed=True)(body)
+    calls = [(1, 2), (1.0, 2.0), (True, 2), [1], [1.0], [True], {'a': 1}, {'a': 1.0}, {1}, {1.0},
+             frozenset({True}), ((1,), [2.0]), ((1.0,), [2])]  # fmt: skip
+    assert [typed(value) for value in calls] == [repr(value) for value in calls]
+    assert body.calls == len(calls)
+    assert [typed(value) for value in calls] == [repr(value) for value in calls]
+    assert body.calls == len(calls)  # every one a hit now
+    keys = {typed.__cache_key__(value) for value in calls}
+    assert len(keys) == len(calls)
+    # Equal values of the same types still share a key, whatever the objects.
+    assert typed.__cache_key__((1, 2.5)) == typed.__cache_key__(tuple([1, 2.5]))
+    assert typed.__cache_key__({1: 2.0, 3: 4}) == typed.__cache_key__({3: 4, 1: 2.0})
+
+
+def test_a_memoized_recursive_function_nests_two_frames_a_call(cache):
+    # As with python-diskcache (and an undecorated function calling through one wrapper), so
+    # that code memoizing a recursive function reaches the same depth: it nested three.
+    @cache.memoize()
+    def depth(n):
+        return 0 if n == 0 else depth(n - 1) + 1
+
+    here = len(inspect.stack(0))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(here + 2 * 300 + 60)  # room for 300 levels of two frames, and a get
+    try:
+        assert depth(300) == 300
+    finally:
+        sys.setrecursionlimit(limit)
+    assert depth(300) == 300  # stored
+
+
 def test_ignore_positional_and_keyword_arguments(cache):
     body = counted(lambda a, b, c=None, d=None: a)
 

@@ -386,6 +386,8 @@ def test_averager_refuses_an_int_too_large_for_a_float_average(cache, value):
     average.add(2)
     with pytest.raises(ValueError, match=r'^value \(an int of \d+ bits\) is too large for a float'):
         average.add(value)
+    with pytest.raises(OverflowError):  # what python-diskcache raises: caught by either name
+        average.add(value)
     assert average.get() == 2.0  # the average is untouched
     average.add(2**1000)  # a big int a float holds is still averaged
     assert average.get() == pytest.approx((2 + 2.0**1000) / 2)
@@ -477,18 +479,41 @@ def test_throttle_with_a_count_below_one_calls_at_its_rate(cache):
     assert times == pytest.approx([1000.0, 1002.0, 1004.0, 1006.0])
 
 
-def test_throttle_waits_survive_float_rounding(cache):
-    # After a burst of 5 from 1000.0, the refill to one token computes 0.99999999999994: a wait
-    # of 2e-14 s, which a clock reading 1000.4 cannot advance by.
-    now, sleep, sleeps = _fake_clock(1000.0)
+def test_throttle_with_a_clock_that_restarted_does_not_wait_out_the_difference(cache):
+    # A bucket written at 1,000,000 s of one clock, read with another at 5 s (time_func =
+    # time.monotonic across a reboot): one rate interval of waiting, not 999,995 s.
+    now, sleep, sleeps = _fake_clock(1_000_000.0)
 
-    @throttle(cache, 5, 2, name='rounding', time_func=lambda: now[0], sleep_func=sleep)
+    def job():
+        return now[0]
+
+    first = throttle(cache, 3, 1, name='restart', time_func=lambda: now[0], sleep_func=sleep)(job)
+    assert [first() for _ in range(3)] == [1_000_000.0] * 3  # the burst: the bucket is empty
+    now[0] = 5.0
+    again = throttle(cache, 3, 1, name='restart', time_func=lambda: now[0], sleep_func=sleep)(job)
+    times = [again() for _ in range(3)]
+    assert times == pytest.approx([5 + 1 / 3, 5 + 2 / 3, 6.0])
+    assert max(sleeps) <= 1 / 3 + 1e-6
+
+
+@pytest.mark.parametrize(
+    'start, count, seconds, offsets',
+    [(1000.0, 5, 2, [0] * 5 + [0.4, 0.8, 1.2]), (1.7e9, 3, 1, [0, 0, 0, 1 / 3, 2 / 3, 1])],
+    ids=['at-1000', 'at-1.7e9'],
+)
+def test_throttle_waits_survive_float_rounding(cache, start, count, seconds, offsets):
+    # After a burst, the refill to one token computes a rounding remainder short of it, and a
+    # wait for it that a clock only sleep_func advances cannot make: 2e-14 s at 1000.4, and
+    # 8e-8 s at 1.7e9 (time.time()'s scale), where a clock moves by 2.4e-7 s at least.
+    now, sleep, sleeps = _fake_clock(start)
+
+    @throttle(cache, count, seconds, name='rounding', time_func=lambda: now[0], sleep_func=sleep)
     def call():
         return now[0]
 
-    times = [call() for _ in range(8)]
-    assert times == pytest.approx([1000.0] * 5 + [1000.4, 1000.8, 1001.2])
-    assert len(sleeps) == 3
+    times = [call() for _ in offsets]
+    assert [moment - start for moment in times] == pytest.approx(offsets, abs=1e-6)
+    assert len(sleeps) <= 2 * (len(offsets) - count)
 
 
 # --- barrier ----------------------------------------------------------------------------------------
