@@ -12,8 +12,9 @@ from ._errors import FloatOverflowError
 
 __all__ = [
     "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
-    "check_bindable", "check_expire", "check_key", "check_seconds", "check_side", "check_tag",
-    "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape", "whole_number",
+    "TextError", "check_bindable", "check_expire", "check_key", "check_seconds", "check_side",
+    "check_tag", "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
+    "whole_number",
 ]  # fmt: skip
 
 _TAG_TYPES = (str, bytes, int, float)
@@ -44,19 +45,32 @@ def check_timeout(timeout: Any) -> float:
     return seconds
 
 
+class TextError(UnicodeEncodeError):
+    """A str SQLite cannot take (lone surrogates): the UnicodeEncodeError python-diskcache lets
+    through from SQLite (a ValueError too), with a message naming the argument."""
+
+    def __init__(self, message: str, cause: UnicodeEncodeError) -> None:
+        super().__init__(cause.encoding, cause.object, cause.start, cause.end, cause.reason)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def check_text(name: str, text: str) -> None:
     """`text` must encode as UTF-8, SQLite's text encoding: a str with lone surrogates does not.
 
-    Raises ValueError naming the argument (`name`), instead of the UnicodeEncodeError SQLite's
-    parameter binding would raise after a value file may have been written.
+    Raises `TextError` naming the argument (`name`), before SQLite's parameter binding would
+    raise its UnicodeEncodeError, after a value file may have been written.
     """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(
+        message = (
             f"{name} {text[:50]!r} is not valid UTF-8 text ({exc.reason} at position"
             f" {exc.start}): SQLite can neither store nor look it up"
-        ) from None
+        )
+        raise TextError(message, exc) from None
 
 
 def check_bindable(name: str, value: Any) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
+from ._arguments import QUEUE_START
 from ._cache import Cache
 from ._collection import MISSING, open_collection_cache, store_in_batches
 
@@ -49,6 +50,16 @@ def _check_index(index: Any) -> int:
         return operator.index(index)
     except TypeError:
         raise TypeError(f"deque indices must be integers, not {type(index).__name__}") from None
+
+
+def _same_directory(first: str, second: str) -> bool:
+    """Whether two paths name one directory (however spelled: a trailing slash, a link)."""
+    if first == second:
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
 
 
 class Deque(Sequence[T]):
@@ -87,6 +98,13 @@ class Deque(Sequence[T]):
         return self
 
     def _attach(self, cache: Cache, maxlen: float, iterable: Iterable[T]) -> None:
+        if cache.disk.put(QUEUE_START) != (QUEUE_START, True):
+            # A Disk that encodes int keys (JSONDisk) looks up another key than the integer
+            # `push` stores: every indexed read and write would miss, and d[i] never return.
+            raise TypeError(
+                f"a Deque needs a cache whose Disk stores int keys as they are;"
+                f" {type(cache.disk).__name__} encodes them"
+            )
         self._cache = cache
         self._maxlen = maxlen
         if maxlen != _INFINITY:
@@ -156,7 +174,7 @@ class Deque(Sequence[T]):
         self._extend(iterable, "front")
 
     def _extend(self, iterable: Iterable[T], side: str) -> None:
-        if isinstance(iterable, Deque) and iterable.directory == self.directory:
+        if isinstance(iterable, Deque) and _same_directory(iterable.directory, self.directory):
             iterable = list(iterable)  # would grow while we read it: ``d.extend(d)`` doubles d
         cache = self._cache
 

@@ -72,6 +72,8 @@ def test_a_key_that_is_not_utf8_is_refused_before_any_file(cache, method, key):
         getattr(cache, method)(key, io.BytesIO(b"z" * BIG), read=True)
     with pytest.raises(ValueError, match="^key "):
         cache[key] = b"x" * BIG
+    with pytest.raises(UnicodeEncodeError):  # what python-diskcache raises (from SQLite)
+        getattr(cache, method)(key, 1)
     assert_empty(cache)
 
 

@@ -350,6 +350,26 @@ def test_deque_extend_itself_doubles(deque):
     assert len(deque) == 16
 
 
+def test_deque_extend_by_another_spelling_of_its_directory_doubles(deque, tmp_path):
+    # The guard compared the strings: a trailing slash (or a link) read the deque while it grew.
+    deque.extend([1, 2, 3])
+    link = tmp_path / 'link'
+    link.symlink_to(deque.directory)
+    for alias in (deque.directory + '/', str(link)):
+        deque.extend(Deque(directory=alias))
+    assert list(deque) == [1, 2, 3] * 4
+
+
+def test_deque_refuses_a_cache_whose_disk_encodes_int_keys(tmp_path):
+    # JSONDisk packs every key it is given, the integers push stores included: the items were
+    # counted but never found (list() empty, d[0] looping for ever under the write lock).
+    cache = dc.Cache(str(tmp_path), disk=dc.JSONDisk, eviction_policy='none')
+    with pytest.raises(TypeError, match='JSONDisk'):
+        Deque.fromcache(cache, ['a', 'b'])
+    assert len(cache) == 0
+    cache.close()
+
+
 def test_deque_extend_crosses_batches(deque):
     deque.extend(range(250))
     deque.extendleft(range(-1, -251, -1))
