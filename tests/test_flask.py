@@ -363,7 +363,45 @@ def test_inc_and_dec_of_a_stored_none_start_at_zero_as_cachelibs(backend):
     assert backend.inc("none", 5) == 5 and backend.get("none") == 5
     backend.set("none", None)
     assert backend.dec("none", 2) == -2
+    for empty in ("", b"", [], {}, ()):  # cachelib: ``(get(key) or 0) + delta``
+        backend.set("empty", empty)
+        assert backend.inc("empty", 3) == 3
     backend.set("text", "abc")
     with pytest.raises(TypeError):
         backend.inc("text")
     assert backend.get("text") == "abc"
+
+
+def test_a_counter_inc_makes_gets_the_default_timeout_and_a_number_keeps_its_own(cache_dir):
+    # cachelib's backends store what inc makes with ``set``: the default timeout. A counter
+    # made here never expired, and one made over a None dropped the None's timeout.
+    backend = DiskCache(cache_dir, default_timeout=60)
+    backend.inc("made")
+    backend.set("none", None, timeout=30)
+    backend.inc("none")
+    backend.set("number", 1, timeout=500)
+    backend.inc("number")
+    store = backend.cache
+    now = time.time()
+    made, none, number = (store.get(key, expire_time=True)[1] - now for key in ("made", "none", "number"))
+    assert 50 < made <= 60 and 50 < none <= 60  # the default, not never and not the None's 30
+    assert 490 < number <= 500  # an existing number's expiry stays
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    "cache_args, expected",
+    [([9], (9, 300, False)), ([9, 60], (9, 60, False)), ([9, 60, True, 0.5], (9, 60, True))],
+)
+def test_cache_args_give_the_parameters_after_the_directory(cache_dir, cache_args, expected):
+    # Flask-Caching passes default_timeout and ignore_delete_many_errors by name as well:
+    # two or more CACHE_ARGS raised "got multiple values for argument 'default_timeout'".
+    app, cache, _ = create_app(cache_dir, CACHE_ARGS=cache_args)
+    with app.app_context():
+        backend = cache.cache
+        assert (backend.threshold, backend.default_timeout, backend.ignore_delete_many_errors) == expected
+        if len(cache_args) > 3:
+            assert backend.cache.timeout == 0.5
+        backend.close()
+    with pytest.raises(TypeError, match="CACHE_ARGS"):
+        create_app(cache_dir, CACHE_ARGS=[1, 2, 3, 4, "disk", "extra"])

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import numbers
 import threading
 from collections.abc import Callable
 from typing import Any, ContextManager, ParamSpec, TypeVar
@@ -39,7 +40,7 @@ from flask import Flask
 from flask_caching.backends.base import BaseCache
 from werkzeug.utils import import_string
 
-from .. import ENOVAL, Cache, Disk, Timeout
+from .. import Cache, Disk, Timeout
 from .._arguments import float_seconds
 
 __all__ = ["DiskCache"]
@@ -49,6 +50,8 @@ R = TypeVar("R")
 
 _EXPIRED = -1.0  # expire argument for negative timeouts: stored already expired
 _CHECKS_PER_THRESHOLD = 256
+# The parameters after the directory, in order: what CACHE_ARGS gives by position.
+_POSITIONAL = ("threshold", "default_timeout", "ignore_delete_many_errors", "database_timeout", "disk")
 
 
 def _unless_busy(failure: R, operation: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -107,11 +110,19 @@ class DiskCache(BaseCache):
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> DiskCache:
         """Build the backend from Flask-Caching's config: CACHE_DIR, CACHE_THRESHOLD, and
-        CACHE_DEFAULT_TIMEOUT, CACHE_IGNORE_ERRORS and CACHE_OPTIONS (in `kwargs`)."""
-        args.insert(0, config.get("CACHE_DIR"))
-        if len(args) < 2:  # CACHE_ARGS may give the threshold positionally
-            kwargs.setdefault("threshold", config.get("CACHE_THRESHOLD", 500))
-        return cls(*args, **kwargs)
+        CACHE_DEFAULT_TIMEOUT, CACHE_IGNORE_ERRORS and CACHE_OPTIONS (in `kwargs`).
+
+        CACHE_ARGS name the parameters after the directory by position; Flask-Caching passes
+        some of them by name too (default_timeout...), so they are bound to their names here,
+        and a positional one wins (the more specific setting)."""
+        if len(args) > len(_POSITIONAL):
+            raise TypeError(
+                f"CACHE_ARGS takes at most {len(_POSITIONAL)} values ({', '.join(_POSITIONAL)}),"
+                f" not {len(args)}"
+            )
+        kwargs.setdefault("threshold", config.get("CACHE_THRESHOLD", 500))
+        kwargs.update(zip(_POSITIONAL, args))
+        return cls(config.get("CACHE_DIR", ""), **kwargs)
 
     @property
     def cache(self) -> Cache:
@@ -237,9 +248,10 @@ class DiskCache(BaseCache):
         return _unless_busy(None, self._cache.clear) is not None
 
     def inc(self, key: str, delta: int = 1) -> int | None:
-        """Add `delta` to the number at `key` atomically (a missing key, or one holding None,
-        starts at 0, as in cachelib's backends); the new value, or None when the database
-        stayed busy."""
+        """Add `delta` to the number at `key` atomically; the new value, or None when the
+        database stayed busy. As in cachelib's backends (``(get(key) or 0) + delta``, then
+        ``set``), a missing key or one holding None (or another empty value: ``""``, ``[]``)
+        starts at 0 and is stored with the default timeout; a number keeps its expiry."""
         value: int | None = _unless_busy(None, self._add, key, delta)
         if value is not None:
             self._wrote()
@@ -251,12 +263,15 @@ class DiskCache(BaseCache):
 
     def _add(self, key: str, delta: int) -> Any:
         try:
-            return self._cache.incr(key, delta, default=0)
-        except TypeError:  # not a number: None counts as 0 (cachelib's ``get(key) or 0``)
+            return self._cache.incr(key, delta, default=None)  # a number: its expiry stays
+        except (KeyError, TypeError):  # missing, or not a number
             with self._cache.transact():
-                if self._cache.get(key, ENOVAL) is not None:
-                    raise
-                self._cache.set(key, delta)
+                current = self._cache.get(key)
+                if isinstance(current, numbers.Number):  # stored meanwhile
+                    return self._cache.incr(key, delta, default=None)
+                if current:
+                    raise  # a value that is not empty: cachelib's ``+`` fails as well
+                self._cache.set(key, delta, expire=self._expire(None))
                 return delta
 
     def close(self) -> None:
