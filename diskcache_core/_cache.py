@@ -19,12 +19,12 @@ from . import _schema as sql
 from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
-from ._disk import ENOVAL, MODE_RAW
+from ._disk import ENOVAL, MODE_RAW, Disk
 from ._incr import check_delta, increment
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import ABSENT
-from ._store import MIN_WRITE_CHARGE
+from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Cache"]
 
@@ -33,6 +33,19 @@ _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: re
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM
 )
+
+
+def _serialize(
+    store: Store, disk: Disk, value: Any, read: bool, key: Any
+) -> tuple[int, int, str | None, Any]:
+    """``disk.store``; where the cache directory was removed while open (no value file can be
+    made), once more after the store made it anew (not for a stream: it is not read twice)."""
+    try:
+        return disk.store(value, read, key=key)
+    except FileNotFoundError:
+        if read or not store.follow_removed_directory():
+            raise
+        return disk.store(value, read, key=key)
 
 
 class Cache(CacheBase, AsyncCacheMixin):
@@ -288,7 +301,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             tag = check_tag(tag)
-        size, mode, filename, db_value = disk.store(value, read, key=key)
+        size, mode, filename, db_value = _serialize(self._store, disk, value, read, key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         if expires is None and tag is None and filename is None:
             statement = sql.PLAIN_VARIANT[statement]  # no None parameters (see there)

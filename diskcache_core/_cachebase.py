@@ -95,6 +95,8 @@ class CacheBase:
         handoff = lock_handoff(opened.pool.words) if wal else None
         self._store = Store(opened.pool, timeout, opened.disk, handoff)
         opened.pool.rebinds.append(_memory_rebinder(self))
+        opened.pool.recreate = None if opened.pool.read_only else _recreator(self)
+        self._before_recreate: Callable[[], None] | None = None
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
@@ -498,6 +500,31 @@ class CacheBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._directory!r})"
+
+
+def _recreator(cache: CacheBase) -> Callable[[], None]:
+    """What `cache`'s pool does when its database is missing as it opens a connection: the
+    directory was removed while open (a deploy, a tmp cleaner). Make it and the database anew
+    with the cache's settings, as a first open does, so that the cache goes on, empty, where
+    other processes (which make it anew alike) find it."""
+    owner = weakref.ref(cache)
+
+    def recreate() -> None:
+        live = owner()
+        if live is None:
+            return
+        if live._before_recreate is not None:
+            live._before_recreate()  # a FanoutCache shard's: the FanoutCache's own files first
+        directory = open_cache_directory(live._directory)
+        stored = {
+            name: value
+            for name, value in live._settings.values().items()
+            if name not in CODE_ONLY_SETTINGS and name != "schema_version"
+        }
+        opened = open_database(directory, live._timeout, type(live._disk), stored, live._code_only)
+        opened.pool.close_all()
+
+    return recreate
 
 
 def _memory_rebinder(cache: CacheBase) -> Callable[[memoryview], None]:

@@ -40,6 +40,9 @@ from ._versionfile import open_versions, versions_identity
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
 # Bytes of WAL kept after a checkpoint: a bulk write may grow it far beyond, but not for good.
 WAL_SIZE_LIMIT = 2**23
+# Seconds between a thread's looks that its connection's database file is still the cache's
+# (one stat, before a write): a removed directory is followed within this.
+RECHECK_INTERVAL = 0.1
 _UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
 __all__ = ["ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "in_wal_mode", "worker_task"]
@@ -65,6 +68,7 @@ class ThreadState:
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
         "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
+        "identity", "recheck_at",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -98,6 +102,9 @@ class ThreadState:
         self.close_after = False
         # Parked in a forked child (see the module docstring): the parent's, never used here.
         self.inherited = False
+        # The database file it opened, and when to look again that it is the cache's (`moved`).
+        self.identity: Any = None
+        self.recheck_at = 0.0
 
     def close(self) -> None:
         self.con.close()
@@ -139,6 +146,8 @@ class ConnectionPool:
         self.words: memoryview | None = None
         self.words_identity: tuple[int, int] | None = None
         self.rebinds: list[Callable[[memoryview], None]] = []
+        # Makes the directory and database anew, removed while open (None: stays an error).
+        self.recreate: Callable[[], None] | None = None
         _live_pools.add(self)
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
@@ -182,6 +191,8 @@ class ConnectionPool:
             state.reader = ReadOnlyReader(self)
             state.execute = state.read = state.reader.execute
             return state
+        if self.recreate is not None and not op.exists(self.path):
+            self.recreate()  # the directory was removed while open: the cache goes on, empty
         con = self.connect()  # the setup below waits out another process's WAL recovery
         try:
             # The checkpoint thread copies the WAL as it grows; a writer does it only past this
@@ -204,10 +215,18 @@ class ConnectionPool:
                 con.execute(statement)
             if self.busy_wait != self.timeout:
                 con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
+            state.identity = _identity(self.path)
+            state.recheck_at = time.monotonic() + RECHECK_INTERVAL
         except BaseException:
             con.close()
             raise
         return state
+
+    def moved(self, state: ThreadState) -> bool:
+        """Whether the file at the cache's path is no longer the database `state`'s connection
+        opened: the directory was removed (and perhaps made anew by another process), and
+        that connection reads and writes a deleted file no other process sees."""
+        return state.identity is None or _identity(self.path) != state.identity
 
     def _check_versions(self) -> None:
         """Before a new connection's triggers are bound to the version words: if the cache

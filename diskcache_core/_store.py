@@ -13,6 +13,7 @@ count the bytes it wrote towards the next size check (`size_check`, the eviction
 from __future__ import annotations
 
 import contextlib
+import os.path as op
 import sqlite3
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
-from ._connections import NO_VALUE, ConnectionPool, ThreadState
+from ._connections import NO_VALUE, RECHECK_INTERVAL, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import DatabaseError, is_busy, is_readonly_rollback, translate_sqlite_error
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
@@ -45,6 +46,9 @@ _ABORTED = (
 # latter None inside a transaction (they are published at its end). A plain pair, unpacked by
 # every caller: a named tuple costs a Python-level constructor call on every write.
 Written = tuple[int, "dict[int, int] | None"]
+
+
+_monotonic = time.monotonic
 
 
 def _no_size_check() -> None:
@@ -143,6 +147,8 @@ class Store:
             mark = len(state.released)
         else:
             mark = 0
+            if _monotonic() >= state.recheck_at:
+                state = self._recheck(state, retry, new_file)
         state.inserted = False
         try:
             cursor = state.execute(statement, params)
@@ -157,6 +163,28 @@ class Store:
             return cursor.rowcount, None
         # A value in a value file is not written to the WAL: only its row is.
         return cursor.rowcount, self._after_commit(state, charge, 0 if new_file else charge)
+
+    def _recheck(self, state: ThreadState, retry: bool, new_file: str | None) -> ThreadState:
+        """Outside a transaction, every RECHECK_INTERVAL: this thread's connection, or a new one
+        where the cache's directory was removed since it opened (the pool makes it anew, or
+        opens what another process made; the memory tier forgets what it held)."""
+        state.recheck_at = _monotonic() + RECHECK_INTERVAL
+        if state.con.in_transaction or not self.pool.moved(state):
+            return state
+        self.pool.close_current()
+        return self._state_for(retry, new_file)
+
+    def follow_removed_directory(self) -> bool:
+        """Where the cache directory is gone (removed while open) and this thread is in no
+        transaction: make it anew now, with a new connection (as `_recheck` does); True then."""
+        if op.isdir(op.dirname(self.path)):
+            return False
+        state = self.state()
+        if state.depth or state.con.in_transaction:
+            return False
+        self.pool.close_current()
+        self.state()  # the pool makes the directory and database anew as it connects
+        return True
 
     def inserted(self) -> bool:
         """Whether this thread's latest `write` inserted a row (rather than updated one)."""
@@ -335,6 +363,8 @@ class Store:
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
         state = self._state_for(retry, new_file)
+        if not state.depth and _monotonic() >= state.recheck_at:
+            state = self._recheck(state, retry, new_file)
         if state.depth:
             self._check_joinable(state, new_file)
             if new_file is not None:

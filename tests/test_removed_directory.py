@@ -1,0 +1,117 @@
+"""A cache directory removed while caches have it open (a deploy script, a tmp cleaner, an
+operator's ``rm -rf``): the caches go on in the directory made anew, as Django's FileBasedCache
+does, instead of writing to deleted files no other process sees, or failing for ever.
+
+A thread's connection looks at most every RECHECK_INTERVAL seconds (one stat, before a write)
+whether its database file is still the one at the cache's path; a new connection, and a value
+file, find the directory missing at once. The tests sleep past the interval: a longer sleep
+on a loaded machine changes nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import diskcache_core as dc
+from diskcache_core._connections import RECHECK_INTERVAL
+
+
+def past_the_interval() -> None:
+    time.sleep(RECHECK_INTERVAL * 1.5)
+
+
+def test_the_next_write_makes_the_directory_anew_with_the_caches_settings(tmp_path):
+    directory = str(tmp_path / 'c')
+    cache = dc.Cache(directory, size_limit=12_345_678, eviction_policy='least-recently-used')
+    cache.set('old', 1)
+    assert cache.get('old') == 1 and cache.get('old') == 1  # held by the memory tier too
+    shutil.rmtree(directory)
+    past_the_interval()
+    assert cache.set('new', 2)
+    assert cache.get('new') == 2
+    assert cache.get('old') is None  # neither the deleted database nor the tier answers
+    assert len(cache) == 1
+    with dc.Cache(directory) as other:  # what any other opener finds there
+        assert other.get('new') == 2 and other.get('old') is None
+        assert other.size_limit == 12_345_678
+        assert other.eviction_policy == 'least-recently-used'
+    assert cache.check() == []
+    cache.close()
+
+
+def test_a_directory_another_process_made_anew_is_followed(tmp_path):
+    directory = str(tmp_path / 'c')
+    cache = dc.Cache(directory)
+    cache.set('old', 1)
+    assert cache.get('old') == 1
+    shutil.rmtree(directory)
+    script = (
+        'import sys, diskcache_core as dc\n'
+        'with dc.Cache(sys.argv[1]) as cache:\n'
+        '    cache.set("theirs", 3)\n'
+    )
+    subprocess.run([sys.executable, '-c', script, directory], check=True, timeout=120)
+    past_the_interval()
+    cache.set('ours', 4)
+    assert cache.get('theirs') == 3 and cache.get('old') is None
+    check = 'import sys, diskcache_core as dc\nprint(dc.Cache(sys.argv[1]).get("ours"))\n'
+    seen = subprocess.run(
+        [sys.executable, '-c', check, directory], check=True, timeout=120, capture_output=True, text=True
+    )
+    assert seen.stdout.strip() == '4'
+    cache.close()
+
+
+def test_a_new_connection_and_a_value_file_make_it_anew_at_once(tmp_path):
+    directory = str(tmp_path / 'c')
+    cache = dc.Cache(directory)
+    cache.set('old', 1)
+    shutil.rmtree(directory)
+    results = []
+
+    def in_a_new_thread():  # its first connection: "unable to open database file" before
+        results.append(cache.set('from-thread', 1))
+
+    worker = threading.Thread(target=in_a_new_thread)
+    worker.start()
+    worker.join(60)
+    assert results == [True]
+    shutil.rmtree(directory)
+    big = b'v' * 200_000  # a value file, written before the statement: FileNotFoundError before
+    assert cache.set('big', big)
+    assert cache.get('big') == big
+    assert cache.check() == []
+    cache.close()
+
+
+def test_a_fanout_cache_remakes_every_shard(tmp_path):
+    directory = str(tmp_path / 'f')
+    cache = dc.FanoutCache(directory, shards=4)
+    for number in range(40):
+        cache.set(number, number)
+    shutil.rmtree(directory)
+    past_the_interval()
+    assert all(cache.set(number, -number) for number in range(40, 80))
+    assert len(cache) == 40
+    with dc.FanoutCache(directory, shards=4) as other:
+        assert [other.get(number) for number in (0, 40, 79)] == [None, -40, -79]
+    cache.close()
+
+
+def test_a_read_only_cache_does_not_remake_it(tmp_path):
+    directory = str(tmp_path / 'c')
+    with dc.Cache(directory) as writer:
+        writer.set('k', 1)
+    reader = dc.Cache(directory, read_only=True)
+    assert reader.get('k') == 1
+    reader.close()
+    shutil.rmtree(directory)
+    with pytest.raises(dc.DatabaseError):
+        reader.get('k')
+    assert not (tmp_path / 'c' / 'cache.db').exists()
