@@ -32,7 +32,7 @@ from ._cache import Cache
 from ._check import check_layout_leftovers
 from ._directories import open_cache_directory
 from ._disk import ENOVAL, Disk, check_disk_class
-from ._errors import Timeout
+from ._errors import RemoteUnavailableError, Timeout
 from ._layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -47,7 +47,7 @@ from ._layout import placement_hash, read_layout, restore_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
-from ._settings import MEMORY_DEFAULTS, ShardSetting, validate_settings
+from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from ._persistent import Deque, Index
 from ._shards import check_share, memory_shares, open_shards, split_evenly
 from ._subcollections import SubCollections
@@ -157,6 +157,7 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         total = checked.pop("size_limit", None)
         # The memory tier's bounds are totals for this object too, split like size_limit.
         memory_limits = {name: checked.pop(name, default) for name, default in MEMORY_DEFAULTS.items()}
+        self._code_only = {n: checked[n] for n in CODE_ONLY_SETTINGS if n in checked}  # (pickling)
         directory = open_cache_directory(directory)
         layout = read_layout(directory, shards)
 
@@ -169,7 +170,7 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
             shard._before_recreate = functools.partial(restore_layout, directory, shards, layout)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
-        self._named = SubCollections(directory, disk)
+        self._named = SubCollections(directory, disk, self._code_only.get("remote") is not None)
         self._timeouts = 0
         self._timeouts_lock = threading.Lock()
 
@@ -365,12 +366,15 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
     # --- maintenance -------------------------------------------------------------------------
 
     def _each_until_done(self, method: str, *args: Any, retry: bool) -> int:
-        """Run a bulk removal on every shard, resuming after timeouts; the total removed."""
+        """Run a bulk removal on every shard, resuming after timeouts; the total removed. An
+        unreachable remote raises RemoteUnavailableError (resuming would spin while it is down)."""
         total = 0
         for shard in self._shards:
             while True:
                 try:
                     total += getattr(shard, method)(*args, retry=retry)
+                except RemoteUnavailableError:
+                    raise
                 except Timeout as exc:
                     total += exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
                 else:
@@ -560,12 +564,12 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         self.close()
 
     def __getstate__(self) -> tuple[Any, ...]:
-        memory = {name: getattr(self, name) for name in MEMORY_DEFAULTS}
-        return (self._directory, self._count, self._timeout, self._disk_type, memory)
+        options = {**self._code_only, **{name: getattr(self, name) for name in MEMORY_DEFAULTS}}
+        return (self._directory, self._count, self._timeout, self._disk_type, options)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        directory, shards, timeout, disk, memory = state
-        self.__init__(directory, shards, timeout, disk, **memory)  # type: ignore[misc]
+        directory, shards, timeout, disk, options = state
+        self.__init__(directory, shards, timeout, disk, **options)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._directory!r}, shards={self._count})"

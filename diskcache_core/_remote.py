@@ -81,17 +81,23 @@ class Item(NamedTuple):
 
 def _split_cluster(url: str) -> tuple[str, bool]:
     """The URL without its ``cluster`` option, and whether that option asked for a cluster."""
+    plain, cluster = _without_option(url, "cluster")
+    return plain, bool(cluster) and cluster[-1].lower() in CLUSTER_WORDS[:4]
+
+
+def _without_option(url: str, option: str) -> tuple[str, list[str]]:
+    """The URL without its query option `option`, and the values it had (none: `url` as is).
+    (redis-py's ``from_url`` lets the URL's options override the keyword arguments.)"""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    cluster = [value for name, value in query if name == "cluster"]
-    if not cluster:
-        return url, False
-    rest = [(name, value) for name, value in query if name != "cluster"]
-    wanted = cluster[-1].lower() in CLUSTER_WORDS[:4]
+    values = [value for name, value in query if name == option]
+    if not values:
+        return url, values
+    rest = [(name, value) for name, value in query if name != option]
     plain = urlunsplit(parts._replace(query=urlencode(rest)))
     if not parts.netloc:  # unix:///path: urlunsplit would drop the empty authority's "//"
         plain = plain.replace(f"{parts.scheme}:", f"{parts.scheme}://", 1)
-    return plain, wanted
+    return plain, values
 
 
 def encode_key(db_key: Any, raw: int) -> bytes:
@@ -378,14 +384,17 @@ class RemoteStore:
     # --- the listener's connections -----------------------------------------------------------
 
     def primaries(self) -> list[redis.Redis]:
-        """A new RESP2 client per primary (one for a single server), for the listener."""
+        """A new RESP2 client per primary (one for a single server), for the listener: it
+        reads subscription replies and invalidations as RESP2 messages, whatever protocol the
+        URL asks the other connections for."""
         options = {
             "socket_timeout": self.timeout, "socket_connect_timeout": self.timeout, "protocol": 2,
         }
+        resp2_url = _without_option(self._plain_url, "protocol")[0]
         if not self.cluster:
-            return [redis.Redis.from_url(self._plain_url, **options)]
+            return [redis.Redis.from_url(resp2_url, **options)]
         nodes = self.call(lambda: self.client.get_primaries())
-        parts = urlsplit(self._plain_url)
+        parts = urlsplit(resp2_url)
         clients = []
         for node in nodes:
             credentials = parts.netloc.rpartition("@")[0]

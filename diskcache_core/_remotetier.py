@@ -59,6 +59,7 @@ class RemoteTier:
         self._lease = self._words.lease
         self._memory: MemoryTier | None = None
         self._refresh = bool(options["remote_refresh"])
+        self._closed = False
         self._listener: ListenerThread | None = listener_for(
             directory, self._remote, self._words, self._max_staleness, self._refresh
         )
@@ -293,6 +294,7 @@ class RemoteTier:
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
     ) -> bool:
         """set and add: Redis first (SET, NX for add, the expiry as its TTL), then the stamp."""
+        self._check_listener()  # (the copies its gets will make need one)
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(time.time(), expire)
         if tag is not None:
@@ -434,9 +436,17 @@ class RemoteTier:
     # --- the listener ---------------------------------------------------------------------------
 
     def _check_listener(self) -> None:
-        """A forked child (or a cache whose listener thread stopped) gets its own candidate."""
+        """A forked child, a cache whose listener thread stopped, and one used again after
+        `close` get their own candidate."""
         listener = self._listener
-        if listener is not None and (listener.pid != os.getpid() or not listener.is_alive()):
+        if listener is None:
+            if self._closed:
+                self._closed = False
+                self._listener = listener_for(
+                    self._directory, self._remote, self._words, self._max_staleness,
+                    self._refresh,
+                )
+        elif listener.pid != os.getpid() or not listener.is_alive():
             self._listener = listener_for(
                 self._directory, self._remote, self._words, self._max_staleness, self._refresh
             )
@@ -445,6 +455,7 @@ class RemoteTier:
         """Close this tier's connections; the listener stops with the last cache of the
         directory in this process (another process takes over)."""
         listener, self._listener = self._listener, None
+        self._closed = listener is not None  # used again: a candidate anew (`_check_listener`)
         if listener is not None and listener.pid == os.getpid():
             release_listener(listener)
         self._remote.close()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ._cache import Cache
 from ._directories import open_subdirectory
 from ._disk import Disk
+from ._errors import RemoteUnsupportedError
 from ._persistent import Deque, Index
 
 __all__ = ["SubCollections"]
@@ -36,9 +37,10 @@ def _check_name(name: Any) -> list[str]:
 class SubCollections:
     """The named caches, deques and indexes under `directory`, made with Disk type `disk`."""
 
-    def __init__(self, directory: str, disk: type[Disk]) -> None:
+    def __init__(self, directory: str, disk: type[Disk], remote: bool = False) -> None:
         self._directory = directory
         self._disk = disk
+        self._remote = remote  # the owner has a remote: a collection of this host's is refused
         self._made: dict[tuple[str, str], tuple[Cache, Any]] = {}  # (kind, name): (store, made)
         self._lock = threading.Lock()
         _every.add(self)
@@ -59,6 +61,8 @@ class SubCollections:
     def cache(self, name: str, timeout: float, disk: type[Disk] | None, **settings: Any) -> Cache:
         """The Cache `name` (`disk` None: the directory's Disk type); `timeout` and `settings`
         apply when it is first made."""
+        if settings.get("remote") is None:
+            self._refuse_with_remote("a named cache() without a remote= of its own")
         disk_type = self._disk if disk is None else disk
         return self._get(
             "cache", name, lambda path: Cache(path, timeout=timeout, disk=disk_type, **settings),
@@ -67,6 +71,7 @@ class SubCollections:
 
     def deque(self, name: str, maxlen: int | None) -> Deque[Any]:
         """The Deque `name`; `maxlen` applies when it is first made."""
+        self._refuse_with_remote("deque()")
         def wrap(store: Cache) -> Deque[Any]:
             return Deque.fromcache(store, maxlen=maxlen)
 
@@ -74,7 +79,16 @@ class SubCollections:
 
     def index(self, name: str) -> Index[Any, Any]:
         """The Index `name`."""
+        self._refuse_with_remote("index()")
         return self._get("index", name, self._unevicted, Index.fromcache)
+
+    def _refuse_with_remote(self, what: str) -> None:
+        """With a remote, a named collection would hold this host's items only: refused."""
+        if self._remote:
+            raise RemoteUnsupportedError(
+                f"{what} is not supported on a FanoutCache with a remote: it would hold this"
+                " host's items only (see the 'Many hosts' documentation)"
+            )
 
     def _unevicted(self, path: str) -> Cache:
         # A deque or index is a collection, not a cache: nothing in it is evicted.

@@ -527,9 +527,59 @@ def test_stopped_server_makes_writes_raise_and_fanout_give_up(tmp_path):
             with pytest.raises(RemoteUnavailableError):
                 cache.get("k")
             assert fanout.get("k", "default") == "default"
+            # Bulk removals resumed after every timeout: with Redis down, for ever (spinning).
+            for removal in (fanout.clear, lambda: fanout.evict("tag")):
+                with pytest.raises(RemoteUnavailableError):
+                    removal()
         finally:
             cache.close()
             fanout.close()
+
+
+def test_a_pickled_fanout_cache_keeps_its_remote(tmp_path, options):
+    fanout = FanoutCache(str(tmp_path / "f"), shards=2, **options)
+    try:
+        fanout.set("k", "v")
+        clone = pickle.loads(pickle.dumps(fanout))  # ValueError: opened without the remote
+        try:
+            assert clone.get("k") == "v"
+            assert all(shard.remote == options["remote"] for shard in clone._shards)
+        finally:
+            clone.close()
+    finally:
+        fanout.close()
+
+
+def test_a_fanout_caches_named_collections_refuse_to_stay_local(tmp_path, options):
+    # They were made on this host only: another host's FanoutCache never saw their items.
+    fanout = FanoutCache(str(tmp_path / "f"), shards=2, **options)
+    try:
+        for call in (lambda: fanout.deque("jobs"), lambda: fanout.index("users"),
+                     lambda: fanout.cache("sessions")):
+            with pytest.raises(RemoteUnsupportedError, match="this host's items only"):
+                call()
+        named = fanout.cache("shared", remote=options["remote"],
+                             remote_prefix=options["remote_prefix"] + "named/")
+        assert named.set("k", 1) and named.get("k") == 1
+    finally:
+        fanout.close()
+
+
+def test_copies_are_served_after_close_and_reuse_and_with_resp3_urls(tmp_path, url, prefix):
+    # A cache used again after close() started no listener: every get read Redis. A URL asking
+    # for RESP3 gave the listener RESP3 connections, whose replies it never read: the same.
+    for number, remote in enumerate((url, url + "?protocol=3")):
+        cache = Cache(str(tmp_path / f"c{number}"), remote=remote, remote_prefix=prefix)
+        try:
+            for _ in range(2):
+                cache.set("k", "v")
+                eventually(lambda: cache._remote._words.lease_valid())
+                reads = _count_remote_reads(cache)
+                assert [cache.get("k") for _ in range(50)] == ["v"] * 50
+                assert len(reads) <= 1
+                cache.close()
+        finally:
+            cache.close()
 
 
 # --- recipes across hosts (each thread on its own host directory: only Redis is shared) ----------
