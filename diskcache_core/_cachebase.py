@@ -96,7 +96,6 @@ class CacheBase:
         self._store = Store(opened.pool, timeout, opened.disk, handoff)
         opened.pool.rebinds.append(_memory_rebinder(self))
         opened.pool.recreate = None if opened.pool.read_only else _recreator(self)
-        self._before_recreate: Callable[[], None] | None = None
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
@@ -513,8 +512,6 @@ def _recreator(cache: CacheBase) -> Callable[[], None]:
         live = owner()
         if live is None:
             return
-        if live._before_recreate is not None:
-            live._before_recreate()  # a FanoutCache shard's: the FanoutCache's own files first
         directory = open_cache_directory(live._directory)
         stored = {
             name: value

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ._cache import Cache
-from ._connections import in_wal_mode
+from ._dbfile import in_wal_mode
 from ._disk import ENOVAL, Disk
 from ._errors import DiskCacheError
 from ._safedisk import SafeDisk

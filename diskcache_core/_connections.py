@@ -22,6 +22,7 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from ._checkpointer import BACKSTOP_PAGES
+from ._dbfile import in_wal_mode, open_if_exists, refuse_special_file
 from ._errors import DatabaseError, ReadOnlyCacheWarning, is_busy, translate_sqlite_error
 from ._memory import change_recorder
 from ._ownership import ownership_of
@@ -45,7 +46,7 @@ WAL_SIZE_LIMIT = 2**23
 RECHECK_INTERVAL = 0.1
 _UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
-__all__ = ["ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "in_wal_mode", "worker_task"]
+__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "worker_task"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -146,8 +147,10 @@ class ConnectionPool:
         self.words: memoryview | None = None
         self.words_identity: tuple[int, int] | None = None
         self.rebinds: list[Callable[[memoryview], None]] = []
-        # Makes the directory and database anew, removed while open (None: stays an error).
+        # Makes the directory and database anew, removed while open (None: stays an error);
+        # checks the directory before each connection (None: any directory).
         self.recreate: Callable[[], None] | None = None
+        self.guard: Callable[[], None] | None = None
         _live_pools.add(self)
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
@@ -191,6 +194,9 @@ class ConnectionPool:
             state.reader = ReadOnlyReader(self)
             state.execute = state.read = state.reader.execute
             return state
+        if self.guard is not None:
+            self.guard()  # (a FanoutCache's shard: its directory must not be a link)
+        refuse_special_file(self.path)  # never a planted link, even swapped in while open
         if self.recreate is not None and not op.exists(self.path):
             self.recreate()  # the directory was removed while open: the cache goes on, empty
         con = self.connect()  # the setup below waits out another process's WAL recovery
@@ -226,7 +232,11 @@ class ConnectionPool:
         """Whether the file at the cache's path is no longer the database `state`'s connection
         opened: the directory was removed (and perhaps made anew by another process), and
         that connection reads and writes a deleted file no other process sees."""
-        return state.identity is None or _identity(self.path) != state.identity
+        try:
+            info = os.stat(self.path, follow_symlinks=False)  # a link swapped in: moved
+        except OSError:  # gone, or its directory replaced by a file
+            return True
+        return bool(state.identity != (info.st_dev, info.st_ino))
 
     def _check_versions(self) -> None:
         """Before a new connection's triggers are bound to the version words: if the cache
@@ -387,7 +397,7 @@ class ReadOnlyReader:
         if con is not None and _identity(self._shm) == self._opened_with:
             return con.execute(statement, params)
         self.close()
-        pin = _open_if_exists(self._shm)
+        pin = open_if_exists(self._shm)
         if pin != -1:
             try:
                 con, cursor = self._run_on_new_connection(statement, params)
@@ -470,39 +480,6 @@ def _cannot_open_wal_index(exc: sqlite3.Error) -> bool:
     return (code & 0xFF) in (8, 14)  # SQLITE_READONLY, SQLITE_CANTOPEN
 
 
-def _open_if_exists(path: str) -> int:
-    """A descriptor of the regular file `path`, or -1 when there is none: never a link or a
-    FIFO (opened without waiting for a writer, and refused)."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return -1
-    except OSError as exc:
-        raise DatabaseError(f"cannot open {path!r}: {exc}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DatabaseError(f"{path!r} is not a regular file: refused")
-    return fd
-
-
-def in_wal_mode(path: str) -> bool:
-    """Whether the database file `path` is in WAL mode (its header's format versions are 2).
-
-    Only such a file needs a WAL index to be read with locks; a read-only reader must read it
-    as immutable when no writer has made the index. A file in a rollback-journal mode is read
-    with SQLite's own locks (read as immutable, a writer's change in place would tear rows).
-    """
-    fd = _open_if_exists(path)
-    if fd == -1:
-        return False
-    try:
-        header = os.pread(fd, 2, 18)
-    finally:
-        os.close(fd)
-    return header == b"\x02\x02"
-
-
 def _identity(path: str, with_time: bool = False) -> Any:
     """Which file `path` names now (None: none); `with_time` adds its size and change time."""
     try:
@@ -569,8 +546,8 @@ def _hold_inherited(path: str) -> None:
     if identity in _HELD:
         return  # its locks are taken (a second cache on the same database)
     try:
-        db_fd = _open_if_exists(path)
-        shm_fd = _open_if_exists(path + "-shm") if db_fd != -1 else -1
+        db_fd = open_if_exists(path)
+        shm_fd = open_if_exists(path + "-shm") if db_fd != -1 else -1
     except DatabaseError:
         return  # not a regular file: no connection of ours was open to it
     if db_fd == -1:

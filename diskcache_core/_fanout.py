@@ -43,7 +43,7 @@ from ._layout import (
     placement,
     proportional_shares,
 )
-from ._layout import placement_hash, read_layout, restore_layout
+from ._layout import guard_shard, placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
@@ -166,8 +166,8 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         self._timeout = timeout
         self._disk_type = disk
         self._shards = open_shards(directory, shards, timeout, disk, checked, total, memory_limits)
-        for shard in self._shards:  # a directory removed while open is made anew, layout first
-            shard._before_recreate = functools.partial(restore_layout, directory, shards, layout)
+        for number, shard in enumerate(self._shards):  # each connection checks its directory
+            shard._store.pool.guard = functools.partial(guard_shard, directory, shards, layout, number)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
         self._named = SubCollections(directory, disk, self._code_only.get("remote") is not None)

@@ -25,14 +25,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._arguments import check_text
-from ._directories import make_private_dirs
+from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
 from ._errors import storage_error
 from ._schema import LAYOUT_FILE, LAYOUT_TEMP_PREFIX
 
 __all__ = [
     "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
-    "placement_hash", "proportional_shares", "read_layout", "restore_layout", "shard_name",
+    "guard_shard", "placement_hash", "proportional_shares", "read_layout", "shard_name",
 ]  # fmt: skip
 
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
@@ -186,13 +186,17 @@ def read_layout(directory: str, shards: int) -> str:
     return str(layout["hash"])
 
 
-def restore_layout(directory: str, shards: int, layout: str) -> None:
-    """Make `directory` and its layout file anew where they were removed while open, before
-    any shard is (a shard without the file reads as python-diskcache's, whose layout has none)."""
-    make_private_dirs(directory)
-    if layout == _HASH_CRC:
-        path = op.join(directory, LAYOUT_FILE)
-        _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC})
+def guard_shard(directory: str, shards: int, layout: str, number: int) -> None:
+    """Before a shard's connection opens: its directory must not be a link, even one swapped in
+    while open (UnsafeValueFileError). Where it was removed, with `directory` perhaps, they are
+    made anew, the layout file first (a shard without it reads as python-diskcache's)."""
+    name = shard_name(number)
+    if not op.lexists(op.join(directory, name)):
+        make_private_dirs(directory)
+        if layout == _HASH_CRC:
+            path = op.join(directory, LAYOUT_FILE)
+            _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC})
+    open_subdirectory(directory, name)
 
 
 def _read_layout_file(path: str) -> bytes:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import os.path as op
 import sqlite3
-import stat
 import time
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from . import _schema as sql
-from ._connections import ConnectionPool, in_wal_mode
+from ._connections import ConnectionPool
+from ._dbfile import in_wal_mode, refuse_special_file
 from ._disk import Disk
 from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
@@ -74,7 +74,7 @@ def open_database(
     # cannot remove). A rollback-journal one is read with SQLite's locks. See
     # _connections.ReadOnlyReader for later reads.
     try:
-        _refuse_special_file(pool.path)
+        refuse_special_file(pool.path)
         no_wal_index = (
             pool.read_only and not op.exists(pool.path + "-shm") and in_wal_mode(pool.path)
         )
@@ -132,18 +132,6 @@ def open_database(
         raise translate_sqlite_error(exc, pool.path) from exc
     finally:
         con.close()
-
-
-def _refuse_special_file(path: str) -> None:
-    """A database file that is there must be a regular file: a planted link would make SQLite
-    write outside the directory (invariant 3), and a FIFO would hang a read-only open."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        kind = "a link" if stat.S_ISLNK(mode) else "not a regular file"
-        raise DatabaseError(f"the cache database {path!r} is {kind}: refused, not followed")
 
 
 def _counters(stored: dict[str, Any]) -> dict[str, int | None]:

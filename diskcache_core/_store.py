@@ -168,10 +168,10 @@ class Store:
         """Outside a transaction, every RECHECK_INTERVAL: this thread's connection, or a new one
         where the cache's directory was removed since it opened (the pool makes it anew, or
         opens what another process made; the memory tier forgets what it held)."""
-        state.recheck_at = _monotonic() + RECHECK_INTERVAL
         if state.con.in_transaction or not self.pool.moved(state):
+            state.recheck_at = _monotonic() + RECHECK_INTERVAL
             return state
-        self.pool.close_current()
+        self.pool.close_current()  # (not looked again later: the next write asks anew)
         return self._state_for(retry, new_file)
 
     def follow_removed_directory(self) -> bool:

@@ -115,3 +115,60 @@ def test_a_read_only_cache_does_not_remake_it(tmp_path):
     with pytest.raises(dc.DatabaseError):
         reader.get('k')
     assert not (tmp_path / 'c' / 'cache.db').exists()
+
+
+def test_a_database_swapped_for_a_link_while_open_is_refused_not_followed(tmp_path):
+    # The connection replaced after a removal went through a planted link, into a database
+    # outside the directory; a fresh open refuses it, so must the replacement.
+    directory = tmp_path / 'c'
+    cache = dc.Cache(str(directory))
+    cache.set('k', 1)
+    outside = tmp_path / 'outside.db'
+    with dc.Cache(str(tmp_path / 'elsewhere')) as other:
+        other.set('theirs', 1)
+    shutil.copy(tmp_path / 'elsewhere' / 'cache.db', outside)
+    before = outside.read_bytes()
+    (directory / 'cache.db').unlink()
+    (directory / 'cache.db').symlink_to(outside)
+    past_the_interval()
+    for _ in range(2):  # refused again, never acknowledged into the deleted file meanwhile
+        with pytest.raises(dc.DatabaseError, match='is a link: refused'):
+            cache.set('k', 2)
+    assert outside.read_bytes() == before
+    cache.close()
+
+
+def test_a_shard_directory_swapped_for_a_link_while_open_is_refused(tmp_path):
+    directory = tmp_path / 'f'
+    victim = tmp_path / 'victim'
+    victim.mkdir()
+    (victim / 'precious.txt').write_text('mine')
+    cache = dc.FanoutCache(str(directory), shards=2)
+    cache.set('k', 1)
+    shutil.rmtree(directory / '001')
+    (directory / '001').symlink_to(victim)
+    past_the_interval()
+    refused = 0
+    for number in range(20):  # some keys are shard 001's: refused, never written through it
+        try:
+            cache.set(('big', number), b'x' * 40_000)
+        except dc.UnsafeValueFileError:
+            refused += 1
+    assert refused
+    with pytest.raises(dc.UnsafeValueFileError):
+        cache.check(fix=True)
+    assert sorted(path.name for path in victim.iterdir()) == ['precious.txt']
+    cache.close()
+
+
+def test_a_directory_replaced_by_a_file_keeps_refusing_writes(tmp_path):
+    directory = tmp_path / 'c'
+    cache = dc.Cache(str(directory))
+    cache.set('k', 1)
+    shutil.rmtree(directory)
+    directory.write_text('not a directory')
+    past_the_interval()
+    for _ in range(3):  # the first refusal must not let the next write into the deleted file
+        with pytest.raises(OSError):
+            cache.set('k', 2)
+    cache.close()
