@@ -60,7 +60,7 @@ def check_cache(
             named: set[str] = set()
             for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
                 try:
-                    full_path = disk._checked_path(filename)
+                    full_path = disk._checked_path(filename, real_directory)
                 except UnsafeValueFileError as exc:
                     warnings.warn(str(exc), stacklevel=2)
                     if fix:
@@ -68,10 +68,14 @@ def check_cache(
                     continue
                 try:
                     status = os.lstat(full_path)
-                except OSError:
+                except FileNotFoundError:
                     warnings.warn(f"file not found: {full_path}", stacklevel=2)
                     if fix:
                         _drop_row(state, rowid, keep_file=False)
+                    continue
+                except OSError as exc:  # not readable here (EACCES): reported, the item kept
+                    warnings.warn(f"cannot check value file {full_path}: {exc}", stacklevel=2)
+                    named.add(full_path)  # (and its file, which the sweep must not take)
                     continue
                 if not stat.S_ISREG(status.st_mode):
                     warnings.warn(f"not a regular file: {full_path}", stacklevel=2)

@@ -298,21 +298,22 @@ class Disk:
                 pass
             levels.prune()
 
-    def _checked_path(self, filename: str) -> str:
-        """Full path (in the resolved cache directory) of value file `filename`.
+    def _checked_path(self, filename: str, root: str | None = None) -> str:
+        """Full path (in the resolved cache directory, or `root`: the directory resolved now,
+        should a link on the way have changed since) of value file `filename`.
 
         UnsafeValueFileError for anything but a value-file name, or when a level on the way or
         the file itself is a symbolic link (each is lstat-checked; `_open_value_file` opens
         one without that check-then-use race). A missing level is left to the caller's open.
         """
         parts = split_value_name(filename)
-        path = self._real_directory
+        path = root = self._real_directory if root is None else root
         for depth, name in enumerate(parts):
             path = op.join(path, name)
             try:
                 status = os.lstat(path)
             except OSError:
-                return op.join(self._real_directory, *parts)
+                return op.join(root, *parts)
             if is_link(status):
                 raise UnsafeValueFileError(
                     f"refusing value file {filename!r}: {op.join(*parts[: depth + 1])!r} in the"

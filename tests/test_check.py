@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from store_helpers import (
@@ -229,3 +230,44 @@ def test_a_damaged_hits_row_is_reported_and_fixed(store, value):
     assert warning_text(store.check()) == [f"UserWarning: Settings.hits is not a count: {value!r}"]
     store.check(fix=True)
     assert store.check() == []
+
+
+def test_a_retargeted_link_to_the_cache_directory_leaves_check_consistent(tmp_path):
+    # A symlink-swap deploy: current -> releases/1, then -> a copy in releases/2. check() took
+    # each row's file from the directory resolved when the cache opened, and the files found
+    # from the one resolved now: every item "not found", every file "unknown"; fix dropped all.
+    releases = tmp_path / 'releases'
+    (releases / '1').mkdir(parents=True)
+    current = tmp_path / 'current'
+    current.symlink_to(releases / '1')
+    cache = dc.Cache(str(current / 'cache'))
+    big = b'v' * 100_000  # value files
+    for number in range(3):
+        cache.set(number, big)
+    cache.close()
+    shutil.copytree(releases / '1', releases / '2', symlinks=True)
+    current.unlink()
+    current.symlink_to(releases / '2')
+    assert cache.check() == []
+    assert cache.check(fix=True) == []
+    assert [cache.get(number) for number in range(3)] == [big] * 3
+    cache.close()
+
+
+def test_a_value_file_that_cannot_be_checked_is_reported_and_kept(store, monkeypatch):
+    # Unreadable here (EACCES: a directory of mode 000 for a non-root checker) is not "not
+    # found": check(fix=True) dropped the committed item.
+    big = b'v' * 100_000
+    store.set('k', big)
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if str(path).endswith('.val'):
+            raise PermissionError(13, 'Permission denied', str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, 'lstat', lstat)
+    found = [str(warning.message) for warning in store.check(fix=True)]
+    monkeypatch.undo()
+    assert any('cannot check value file' in message for message in found)
+    assert store.get('k') == big
