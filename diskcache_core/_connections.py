@@ -382,7 +382,7 @@ class ReadOnlyReader:
     connection of its own, and read again if the file changed meanwhile.
     """
 
-    __slots__ = ("_pool", "_shm", "_con", "_opened_with", "_pin")
+    __slots__ = ("_pool", "_shm", "_con", "_opened_with", "_pin", "_bounced")
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -391,6 +391,7 @@ class ReadOnlyReader:
         self._opened_with: tuple[int, int] | None = None  # the index file `_con` was opened with
         # A descriptor of that file, held so that its inode number cannot name a new file.
         self._pin = -1
+        self._bounced = False  # reading with the index, after reading without it failed
 
     def execute(self, statement: str, params: Any = ()) -> Any:
         con = self._con
@@ -440,7 +441,16 @@ class ReadOnlyReader:
             if before == _identity(path, with_time=True) and _identity(self._shm) is None:
                 return FetchedRows(rows)
             if _identity(self._shm) is not None:  # a writer started meanwhile: use its index
-                return FetchedRows(self.execute(statement, params).fetchall())
+                if self._bounced:  # it was there, and could not be used, just now
+                    raise DatabaseError(
+                        f"{path!r} cannot be read here: its WAL index is there, but neither it"
+                        " nor the WAL can be opened (a -wal planted as a link, or unreadable?)"
+                    )
+                self._bounced = True
+                try:
+                    return FetchedRows(self.execute(statement, params).fetchall())
+                finally:
+                    self._bounced = False
         raise sqlite3.OperationalError("the database kept changing during a read-only read")
 
     def close(self) -> None:

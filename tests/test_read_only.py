@@ -234,3 +234,22 @@ def test_a_read_only_reader_waits_for_a_hot_journal_to_be_rolled_back(tmp_path):
     assert got == [b"committed"]
     brief.close()
     patient.close()
+
+
+@pytest.mark.parametrize('planted', ['link', 'directory'])
+def test_an_index_with_an_unusable_wal_is_a_clear_error_not_a_recursion(tmp_path, planted):
+    # With -shm there and -wal not openable, reading with the index failed, reading without it
+    # saw the index and went back to it: RecursionError, after ~1000 tries.
+    directory = tmp_path / 'c'
+    with dc.Cache(str(directory)) as cache:
+        cache.set('k', 1)
+    wal = directory / 'cache.db-wal'
+    if planted == 'link':
+        wal.symlink_to(tmp_path / 'elsewhere')
+    else:
+        wal.mkdir()
+    (directory / 'cache.db-shm').touch()
+    reader = dc.Cache(str(directory), read_only=True)
+    with pytest.raises(dc.DatabaseError, match='WAL index is there'):
+        reader.get('k')
+    reader.close()
