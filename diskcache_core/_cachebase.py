@@ -516,7 +516,7 @@ def _recreator(cache: CacheBase) -> Callable[[], None]:
         stored = {
             name: value
             for name, value in live._settings.values().items()
-            if name not in CODE_ONLY_SETTINGS and name != "schema_version"
+            if name not in CODE_ONLY_SETTINGS
         }
         opened = open_database(directory, live._timeout, type(live._disk), stored, live._code_only)
         opened.pool.close_all()

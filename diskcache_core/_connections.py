@@ -221,7 +221,7 @@ class ConnectionPool:
                 con.execute(statement)
             if self.busy_wait != self.timeout:
                 con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
-            state.identity = _identity(self.path)
+            state.identity = self._database_file()
             state.recheck_at = time.monotonic() + RECHECK_INTERVAL
         except BaseException:
             con.close()
@@ -232,11 +232,15 @@ class ConnectionPool:
         """Whether the file at the cache's path is no longer the database `state`'s connection
         opened: the directory was removed (and perhaps made anew by another process), and
         that connection reads and writes a deleted file no other process sees."""
+        return state.identity is None or self._database_file() != state.identity
+
+    def _database_file(self) -> tuple[int, int] | None:
+        """The file at the cache's path, not following a link (None: none, or no directory)."""
         try:
-            info = os.stat(self.path, follow_symlinks=False)  # a link swapped in: moved
-        except OSError:  # gone, or its directory replaced by a file
-            return True
-        return bool(state.identity != (info.st_dev, info.st_ino))
+            info = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
 
     def _check_versions(self) -> None:
         """Before a new connection's triggers are bound to the version words: if the cache

@@ -171,7 +171,7 @@ class Store:
         if state.con.in_transaction or not self.pool.moved(state):
             state.recheck_at = _monotonic() + RECHECK_INTERVAL
             return state
-        self.pool.close_current()  # (not looked again later: the next write asks anew)
+        self.pool.close_current()  # the new connection checks again from its own opening
         return self._state_for(retry, new_file)
 
     def follow_removed_directory(self) -> bool:
