@@ -18,7 +18,6 @@ that want to refuse a whole batch before storing any of it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
@@ -43,7 +42,7 @@ from ._layout import (
     placement,
     proportional_shares,
 )
-from ._layout import guard_shard, placement_hash, read_layout
+from ._layout import bind_layout, placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import MemoryStats
@@ -166,8 +165,7 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         self._timeout = timeout
         self._disk_type = disk
         self._shards = open_shards(directory, shards, timeout, disk, checked, total, memory_limits)
-        for number, shard in enumerate(self._shards):  # each connection checks its directory
-            shard._store.pool.guard = functools.partial(guard_shard, directory, shards, layout, number)
+        bind_layout(directory, layout, self._shards)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
         self._named = SubCollections(directory, disk, self._code_only.get("remote") is not None)

@@ -14,25 +14,32 @@ python-diskcache's placement, so its items stay reachable.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import os.path as op
+import sqlite3
 import stat
 import struct
 import tempfile
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._arguments import check_text
+from ._dbfile import refuse_special_file
 from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
-from ._errors import storage_error
-from ._schema import LAYOUT_FILE, LAYOUT_TEMP_PREFIX
+from ._errors import DiskCacheError, storage_error
+from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, database_uri
+
+if TYPE_CHECKING:
+    from ._cache import Cache
 
 __all__ = [
-    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "crc32", "hashes_text_inline", "placement",
-    "guard_shard", "placement_hash", "proportional_shares", "read_layout", "shard_name",
+    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "bind_layout", "crc32", "hashes_text_inline",
+    "placement", "guard_shard", "placement_hash", "proportional_shares", "read_layout",
+    "shard_name",
 ]  # fmt: skip
 
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
@@ -45,6 +52,10 @@ _U32 = 0xFFFFFFFF
 MASK64 = 0xFFFFFFFFFFFFFFFF
 GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: multiplying spreads nearby CRCs apart
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Shard 0's Settings row repeating a layout of ours (python-diskcache skips rows it does not use).
+_MARK_ROW = "core_fanout_layout"
+_SELECT_MARK = "SELECT value FROM Settings WHERE key = ?"
+_INSERT_MARK = "INSERT OR IGNORE INTO Settings VALUES (?, ?)"
 crc32 = zlib.crc32
 
 
@@ -160,6 +171,13 @@ def read_layout(directory: str, shards: int) -> str:
     try:
         layout = json.loads(_read_layout_file(path))
     except FileNotFoundError:
+        marked = _marked_layout(directory) if existing else None
+        if marked is not None:  # ours, its file removed by hand: written again from the copy
+            try:
+                _record_layout(path, marked)
+            except OSError as exc:
+                raise storage_error(exc, f"the shard layout {path!r}") from exc
+            return read_layout(directory, shards)
         if existing:
             if existing != shards:
                 raise ValueError(
@@ -184,6 +202,51 @@ def read_layout(directory: str, shards: int) -> str:
             f"opening it with shards={shards} would misplace every key"
         )
     return str(layout["hash"])
+
+
+def _marked_layout(directory: str) -> dict[str, Any] | None:
+    """The layout shard 0's database repeats (see `bind_layout`), or None where it holds none."""
+    shard = op.join(directory, shard_name(0))
+    path = op.join(shard, DBNAME)
+    if op.islink(shard) or not op.lexists(path):
+        return None
+    refuse_special_file(path)  # (DatabaseError: never a planted link)
+    try:
+        con = sqlite3.connect(database_uri(path, "mode=ro"), uri=True, timeout=5.0)
+        try:
+            rows = con.execute(_SELECT_MARK, (_MARK_ROW,)).fetchall()
+        finally:
+            con.close()
+        marked = json.loads(rows[0][0]) if rows else None
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None  # (a database being created, by either library)
+        raise ValueError(f"cannot read the shard layout in {path!r}: {exc}") from exc
+    except (sqlite3.Error, TypeError, ValueError) as exc:
+        raise ValueError(f"cannot read the shard layout in {path!r}: {exc}") from exc
+    if marked is not None and (not isinstance(marked, dict) or marked.get("hash") != _HASH_CRC):
+        raise ValueError(f"unknown shard layout in {path!r}: {marked!r}")
+    return marked
+
+
+def bind_layout(directory: str, layout: str, shards: Sequence[Cache]) -> None:
+    """Make each shard's new connections check its directory (`guard_shard`), and shard 0's
+    database repeat a layout of ours: the layout file alone, removed by hand, would make the
+    next opener take the directory for python-diskcache's, and place keys where old values
+    of them may still be found. Best effort: read-only media or a busy shard skip it."""
+    for number, shard in enumerate(shards):
+        guard = functools.partial(guard_shard, directory, len(shards), layout, number)
+        shard._store.pool.guard = guard
+    store = shards[0]._store
+    if layout != _HASH_CRC or store.pool.read_only:
+        return
+    try:
+        if not store.read(_SELECT_MARK, (_MARK_ROW,)):
+            text = json.dumps({"format": 1, "shards": len(shards), "hash": _HASH_CRC})
+            with store.transaction(retry=True) as state:
+                state.execute(_INSERT_MARK, (_MARK_ROW, text))
+    except DiskCacheError:
+        pass  # (the layout file still holds it; the next opener tries again)
 
 
 def guard_shard(directory: str, shards: int, layout: str, number: int) -> None:

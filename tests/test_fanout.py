@@ -405,6 +405,42 @@ def test_python_diskcache_directory_keeps_its_placement(tmp_path):
         FanoutCache(directory, shards=8)
 
 
+def test_a_removed_layout_file_is_written_again_from_shard_0(tmp_path):
+    # Without the file the directory would read as python-diskcache's: keys placed elsewhere,
+    # and the old value of a key found again by a process still using the first placement.
+    directory = str(tmp_path / 'c')
+    first = FanoutCache(directory, shards=4)
+    keys = [f'key{number}' for number in range(40)] + [7, b'b', 1.5]
+    for key in keys:
+        first[key] = 'old'
+    os.remove(os.path.join(directory, 'fanout.json'))
+    second = FanoutCache(directory, shards=4)
+    assert json.load(open(os.path.join(directory, 'fanout.json')))['shards'] == 4
+    for key in keys:
+        assert second.get(key) == 'old', key
+        second[key] = 'new'
+        assert first.get(key) == 'new', key
+    os.remove(os.path.join(directory, 'fanout.json'))
+    with pytest.raises(ValueError, match='shards=4'):
+        FanoutCache(directory, shards=8)
+    first.close()
+    second.close()
+
+
+def test_a_directory_made_before_shard_0_kept_the_layout_is_given_it(tmp_path):
+    directory = str(tmp_path / 'c')
+    cache = FanoutCache(directory, shards=2)
+    cache['k'] = 1
+    cache.shards[0]._sql("DELETE FROM Settings WHERE key = 'core_fanout_layout'")
+    cache.close()
+    FanoutCache(directory, shards=2).close()  # reopened with the file: shard 0 keeps it now
+    os.remove(os.path.join(directory, 'fanout.json'))
+    cache = FanoutCache(directory, shards=2)
+    assert cache['k'] == 1
+    assert os.path.exists(os.path.join(directory, 'fanout.json'))
+    cache.close()
+
+
 def test_bad_arguments_raise_before_anything_is_created(tmp_path):
     directory = str(tmp_path / 'never')
     for kwargs, error in [
