@@ -77,7 +77,7 @@ def _increment_in_python(
         if row is None or (row[1] is not None and row[1] <= now):  # row[1]: its expire_time
             if default is None:
                 raise KeyError(key)
-            value = default + delta
+            value = _add(key, default, delta)
             size, mode, filename, db_value = disk.store(value, False, key=key)
             params = (db_key, raw, now, None, None, size, mode, filename, db_value)
             store.write(sql.UPSERT, params, retry, filename)  # joins the transaction
@@ -89,13 +89,33 @@ def _increment_in_python(
                 f"cannot increment the value of {key!r}: it is a {type(current).__name__},"
                 " not a number"
             )
-        try:
-            value = current + delta
-        except OverflowError:  # a float plus an int beyond floats (not shown: str() may refuse it)
-            raise FloatOverflowError(
-                f"cannot increment the value of {key!r}: the sum is too large for a float"
-            ) from None
+        value = _add(key, current, delta)
         size, mode, new_file, db_value = disk.store(value, False, key=key)
         update = (now, size, mode, new_file, db_value, rowid)
         store.write(sql.UPDATE_VALUE, update, retry, new_file)
         return value
+
+
+def _add(key: Any, current: Any, delta: Any) -> Any:
+    """``current + delta``, or an error where the sum does not fit the result's type: never a
+    fixed-width integer (numpy's int64) wrapped round to a wrong count."""
+    integral = isinstance(current, numbers.Integral) and isinstance(delta, numbers.Integral)
+    try:
+        value = current + delta
+    except OverflowError:
+        if integral:  # (numpy: a Python int beyond its type)
+            raise ValueError(
+                f"cannot increment the value of {key!r}: {int(current)} + {int(delta)} does not"
+                f" fit in {type(current).__name__}"
+            ) from None
+        # A float plus an int beyond floats (not shown: str() may refuse it).
+        raise FloatOverflowError(
+            f"cannot increment the value of {key!r}: the sum is too large for a float"
+        ) from None
+    if type(value) is not int and integral and isinstance(value, numbers.Integral):
+        if int(value) != int(current) + int(delta):
+            raise ValueError(
+                f"cannot increment the value of {key!r}: {int(current)} + {int(delta)} does not"
+                f" fit in {type(value).__name__}"
+            )
+    return value

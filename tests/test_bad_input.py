@@ -316,6 +316,23 @@ def test_incr_of_a_float_by_an_int_beyond_any_float_names_the_problem(cache):
         assert cache.get("f") == stored
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_incr_of_a_fixed_width_integer_never_wraps_round(cache):
+    np = pytest.importorskip("numpy")
+    cache.set("n", np.int64(2**62))
+    for delta in (np.int64(2**62), 2**70):
+        with pytest.raises(ValueError, match="^cannot increment the value of 'n'.*does not fit in int64"):
+            cache.incr("n", delta)
+    assert cache.get("n") == 2**62
+    assert cache.incr("n", 5) == 2**62 + 5 and type(cache.get("n")) is np.int64
+    cache.set("byte", np.uint8(255))
+    with pytest.raises(ValueError, match="255 \\+ 1 does not fit in uint8"):
+        cache.incr("byte", 1)
+    with pytest.raises(ValueError, match="does not fit in int32"):
+        cache.incr("new", np.int32(1), default=np.int32(2**31 - 1))
+    assert "new" not in cache and cache.get("byte") == 255
+
+
 @pytest.mark.parametrize("timeout, error", [
     (NAN, ValueError), (-1, ValueError), (10**400, ValueError), ("5", TypeError), (1j, TypeError),
 ], ids=repr)
