@@ -152,6 +152,8 @@ class ConnectionPool:
         self.recreate: Callable[[], None] | None = None
         self.guard: Callable[[], None] | None = None
         _live_pools.add(self)
+        # Dropped unclosed: its connections close (their SQL functions' cycle evades the gc).
+        weakref.finalize(self, _close_states, self._states).atexit = False
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
         """A new connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``)."""
@@ -276,7 +278,7 @@ class ConnectionPool:
                 alive.append(state)
             else:
                 state.close()
-        self._states = alive
+        self._states[:] = alive
 
     def close_all(self) -> None:
         """Close every connection of this pool that no thread can be using: the calling
@@ -304,7 +306,7 @@ class ConnectionPool:
                     _closed_for.setdefault(thread, []).append(self)
                 else:
                     keep.append(state)
-            self._states = keep
+            self._states[:] = keep
         if mine is None or not mine.close_after:
             self._forget_thread_state()
 
@@ -312,10 +314,8 @@ class ConnectionPool:
         """Forget the calling thread's connection (closed, or not its own to use): the next call
         opens a new one."""
         for name in ("state", "execute", "read"):
-            try:
+            with contextlib.suppress(AttributeError):
                 delattr(self.local, name)
-            except AttributeError:
-                pass
 
     def close_current(self) -> None:
         """Close the calling thread's connection; the next call opens a new one."""
@@ -353,7 +353,7 @@ class ConnectionPool:
                     state.close()
                 else:
                     keep.append(state)
-            self._states = keep
+            self._states[:] = keep
             mine = getattr(self.local, "state", None)
             if mine is not None and mine not in keep:
                 self._forget_thread_state()
@@ -367,7 +367,7 @@ class ConnectionPool:
         for state in self._states:
             state.inherited = True
         _INHERITED.extend(self._states)
-        self._states = []
+        self._states.clear()
         self._lock = threading.Lock()
         # Only the forking thread lives on in the child; `local` stays the same object (caches
         # hold it for speed), so clearing that thread's entries is enough.
@@ -528,6 +528,15 @@ def worker_task() -> Iterator[None]:
     finally:
         with _worker_lock:
             _busy_workers.discard(thread)
+
+
+def _close_states(states: list[ThreadState]) -> None:
+    """Close the connections of a pool no one can use any more (not at exit: a daemon thread
+    may be in a statement)."""
+    for state in states:
+        with contextlib.suppress(Exception):
+            state.close()  # (a finalizer: nothing to report to)
+    states.clear()
 
 
 def _before_fork() -> None:
