@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from ._connections import worker_task
+from ._workers import worker_task
 
 __all__ = ["AsyncCacheMixin", "AsyncDataMixin", "SyncData", "SyncQueue", "run_sync"]
 

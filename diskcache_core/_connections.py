@@ -21,6 +21,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
+from . import _workers
 from ._checkpointer import BACKSTOP_PAGES
 from ._dbfile import in_wal_mode, open_if_exists, refuse_special_file
 from ._errors import DatabaseError, ReadOnlyCacheWarning, is_busy, translate_sqlite_error
@@ -37,6 +38,7 @@ from ._schema import (
     set_pragma,
 )
 from ._versionfile import open_versions, versions_identity
+from ._workers import close_if_idle
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
 # Bytes of WAL kept after a checkpoint: a bulk write may grow it far beyond, but not for good.
@@ -46,7 +48,7 @@ WAL_SIZE_LIMIT = 2**23
 RECHECK_INTERVAL = 0.1
 _UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
-__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState", "worker_task"]
+__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -293,17 +295,14 @@ class ConnectionPool:
         mine = getattr(self.local, "state", None)
         if mine is not None and (mine.depth or mine.con.in_transaction):
             mine.close_after = True  # inside this thread's transaction: closed when it ends
-        with _worker_lock, self._lock:
+        with _workers.lock, self._lock:
             keep = []
             for state in self._states:
                 thread = state.thread
                 if state.close_after:
                     keep.append(state)
-                elif thread is current or not thread.is_alive():
+                elif thread is current or not thread.is_alive() or close_if_idle(thread, self):
                     state.close()
-                elif thread in _workers and thread not in _busy_workers:
-                    state.close()
-                    _closed_for.setdefault(thread, []).append(self)
                 else:
                     keep.append(state)
             self._states[:] = keep
@@ -503,31 +502,6 @@ def _identity(path: str, with_time: bool = False) -> Any:
     if with_time:
         return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
     return (info.st_dev, info.st_ino)
-
-
-# The library's own worker threads (the awaitable twins' pool) mark each task they run, so that
-# close() in another thread knows when their connections are idle and may be closed.
-_worker_lock = threading.Lock()
-_workers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
-_busy_workers: set[threading.Thread] = set()
-_closed_for: dict[threading.Thread, list[ConnectionPool]] = {}  # pools to reopen, per worker
-
-
-@contextlib.contextmanager
-def worker_task() -> Iterator[None]:
-    """Wrap one task of a library worker thread: its connections are in use until it ends."""
-    thread = threading.current_thread()
-    with _worker_lock:
-        _workers.add(thread)
-        _busy_workers.add(thread)
-        closed = _closed_for.pop(thread, ())
-    for pool in closed:
-        pool._forget_thread_state()
-    try:
-        yield
-    finally:
-        with _worker_lock:
-            _busy_workers.discard(thread)
 
 
 def _close_states(states: list[ThreadState]) -> None:

@@ -3,6 +3,7 @@ the child; parent and child both keep working on the same cache."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import multiprocessing
 import os
@@ -331,6 +332,23 @@ def test_a_child_forked_while_a_sub_collection_opens_can_open_one(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         fanout.close()
+
+
+def test_a_child_forked_while_a_worker_thread_marks_a_task_can_await_and_close(cache_dir):
+    from diskcache_core import _workers
+
+    cache = dc.Cache(cache_dir)
+    cache.set("x", 1)
+    assert asyncio.run(cache.aget("x")) == 1  # the parent's worker pool runs
+
+    def child() -> bool:
+        value = asyncio.run(cache.aget("x"))
+        cache.close()
+        return value == 1
+
+    with _workers.lock:  # as a worker thread holds it, starting or ending a task, at the fork
+        assert _fork(child) == 0
+    cache.close()
 
 
 def _overwrite_files_without_closing(directory: str) -> None:
