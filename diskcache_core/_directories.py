@@ -20,7 +20,8 @@ __all__ = ["make_private_dirs", "open_cache_directory", "open_subdirectory"]
 
 def open_cache_directory(directory: str | os.PathLike[str] | None) -> str:
     """The cache directory `directory` names (a new temporary one for None), created owner-only
-    if missing; TypeError for a non-path, NotADirectoryError for a file."""
+    if missing, as an absolute path (a later ``os.chdir`` must not move the cache); TypeError for
+    a non-path, NotADirectoryError for a file."""
     if directory is None:
         return tempfile.mkdtemp(prefix="diskcache_core-")
     try:
@@ -33,7 +34,7 @@ def open_cache_directory(directory: str | os.PathLike[str] | None) -> str:
         if op.exists(path) and not op.isdir(path):  # (another opener may have just made it)
             raise NotADirectoryError(f"cache directory {path!r} is not a directory")
         make_private_dirs(path)
-    return path
+    return op.abspath(path)
 
 
 def make_private_dirs(path: str) -> None:

@@ -754,6 +754,32 @@ def test_directory_accepts_pathlib(cache_class, tmp_path):
         cache.close()
 
 
+def test_a_relative_directory_stays_the_one_named_at_open_after_chdir(cache_class, tmp_path, monkeypatch):
+    # Before, a chdir made the cache a new, empty one under the new working directory (the
+    # removed-directory check found no database at the relative path and made one).
+    monkeypatch.chdir(tmp_path)
+    cache = cache_class('relative')
+    try:
+        assert cache.directory == str(tmp_path / 'relative')
+        cache['small'] = 1
+        cache['big'] = b'x' * 100_000  # a value file
+        (tmp_path / 'elsewhere').mkdir()
+        monkeypatch.chdir(tmp_path / 'elsewhere')
+        time.sleep(0.15)  # past the removed-directory check's interval
+        cache['new'] = 2
+        thread = threading.Thread(target=cache.set, args=('from a thread', 3))
+        thread.start()
+        thread.join()
+        assert cache['small'] == 1 and cache['big'] == b'x' * 100_000
+        assert sorted(cache) == sorted(['small', 'big', 'new', 'from a thread'])
+        assert os.listdir(tmp_path / 'elsewhere') == []
+        clone = pickle.loads(pickle.dumps(cache))  # (unpickled where another cwd is, too)
+        assert clone['new'] == 2
+        clone.close()
+    finally:
+        cache.close()
+
+
 def test_directory_expands_user(cache_class, tmp_path, monkeypatch):
     monkeypatch.setenv('HOME', str(tmp_path))
     cache = cache_class('~/home-cache')
