@@ -42,6 +42,15 @@ def remove_now(disk: Any, name: str) -> None:
         pass  # already gone, or a directory another process is filling
 
 
+def _report(disk: Any, name: str, exc: Exception) -> None:
+    """Say that a Disk's ``remove`` raised (the thread goes on with the next file)."""
+    warnings.warn(
+        f"value file {name!r} was not removed: {type(disk).__name__}.remove raised {exc!r}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
 class _Reaper:
     """The queue and its thread. The thread polls every `_POLL` seconds rather than being woken
     per file: a wake-up (a condition notify, then a GIL hand-over) cost the writer ~30 us."""
@@ -90,6 +99,8 @@ class _Reaper:
                 disk, name = self.pending.popleft()
                 try:
                     remove_now(disk, name)
+                except Exception as exc:  # noqa: BLE001 - a Disk's remove(): reported, not fatal
+                    _report(disk, name, exc)
                 finally:
                     removed += 1
                     with self.done:

@@ -64,6 +64,10 @@ class Store:
         self.pool = pool
         self.timeout = timeout
         self.disk = disk
+        # A Disk naming value files its own way may name a new file as a released one (after
+        # its key, say): released files go before the call returns, not off the caller's path,
+        # where their removal could come after the new file's write.
+        self.names_reused = type(disk).filename is not Disk.filename
         self.local: threading.local = pool.local
         self.path = pool.path
         # Whether the checkpoint thread knows of a commit since its last round (_checkpointer.py).
@@ -304,7 +308,11 @@ class Store:
         if state.released:
             names = list(state.released)
             state.released.clear()
-            _reaper.remove_later(self.disk, names)
+            if self.names_reused:
+                for name in names:
+                    _reaper.remove_now(self.disk, name)
+            else:
+                _reaper.remove_later(self.disk, names)
         self.wal_bytes += logged + _COMMIT_PAGE  # a commit writes a page or more
         if not self.wal_noted and (self.wal_bytes >= PASS_BYTES or self.free_pages_left):
             note_commit(self)  # the checkpoint thread has work (_checkpointer.is_due, inline)

@@ -144,6 +144,68 @@ def test_user_disk_subclass_hooks_are_used(make_cache):
     assert cache['large'] == 'X' * BIG
 
 
+class KeyNamedDisk(dc.Disk):
+    """Names a value file after its key (python-diskcache passes the key for this)."""
+
+    def filename(self, key=dc.core.UNKNOWN, value=dc.core.UNKNOWN):
+        if key is dc.core.UNKNOWN:
+            return super().filename(key, value)
+        digest = uuid.uuid5(uuid.NAMESPACE_OID, repr(key)).hex
+        name = os.path.join(digest[:2], digest[2:4], digest[4:] + '.val')
+        return name, os.path.join(self._directory, name)
+
+
+def test_a_disk_naming_files_after_keys_keeps_a_value_set_again_after_a_delete(make_cache):
+    # Released files were removed off the caller's path: after the new file of the same name
+    # was written, so an acknowledged set was lost (get None, check: file not found).
+    cache = make_cache(disk=KeyNamedDisk)
+    for round_ in range(20):
+        cache.set('report', b'%d' % round_ * BIG)
+        cache.delete('report')
+        cache.set('report', b'v2' * BIG)
+        assert cache.get('report') == b'v2' * BIG, round_
+        cache.set('report', b'small')  # releases the file; the next set names it again
+        cache.set('report', b'v3' * BIG)
+        assert cache.get('report') == b'v3' * BIG, round_
+    assert cache.check() == []
+
+
+class RefusingRemoveDisk(dc.Disk):
+    refusals = 0
+
+    def remove(self, file_path):
+        if RefusingRemoveDisk.refusals < 3:
+            RefusingRemoveDisk.refusals += 1
+            raise RuntimeError('audit log unavailable')
+        return super().remove(file_path)
+
+
+@pytest.mark.filterwarnings('ignore:value file .* was not removed:RuntimeWarning')
+def test_a_disk_whose_remove_raises_stops_no_later_removal(tmp_path):
+    # An exception other than OSError ended the process's file-remover thread: every later
+    # drain (close, clear, expire, check) waited for ever, and released files stayed.
+    from diskcache_core import _reaper
+
+    RefusingRemoveDisk.refusals = 0
+    refusing = dc.Cache(str(tmp_path / 'refusing'), disk=RefusingRemoveDisk)
+    other = dc.Cache(str(tmp_path / 'other'))
+    try:
+        for n in range(3):
+            refusing.set(n, b'x' * BIG)
+            refusing.delete(n)
+        assert _reaper.drain(timeout=120)
+        assert RefusingRemoveDisk.refusals == 3
+        for n in range(3):
+            other.set('k', bytes([n]) * BIG)
+        assert _reaper.drain(timeout=120)
+        assert len(value_files(other.directory)) == 1
+        other.clear()
+        assert value_files(other.directory) == set()
+    finally:
+        refusing.close()
+        other.close()
+
+
 # --------------------------------------------------------------------------------------------
 # JSONDisk
 # --------------------------------------------------------------------------------------------
