@@ -76,9 +76,14 @@ async def run_sync(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
 
     The caller's context variables are visible to `func`, as with ``asyncio.to_thread``.
     """
+    return await start_sync(func, *args, **kwargs)
+
+
+def start_sync(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[R]:
+    """`run_sync`'s call, started: the future of its result (to be shielded from a cancel)."""
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, _as_worker_task, func, *args, **kwargs)
-    return await loop.run_in_executor(_pool(), call)
+    return loop.run_in_executor(_pool(), call)
 
 
 def _as_worker_task(func: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from ._arguments import check_expire, check_tag
-from ._async import run_sync
+from ._async import start_sync
 from ._disk import ENOVAL
 from ._errors import FloatOverflowError, Timeout
 from ._memokeys import check_ignore, encode_value, make_key, quote_text
@@ -265,7 +265,11 @@ def _stampede_steps(
             # `lock_expire`, should the refresher die), however long the computation takes.
             marker = key + _REFRESH_SUFFIX
             if (yield functools.partial(memo.cache.add, marker, None, expire=lock_expire, retry=True)):
-                yield _Detach(_refresh(memo, key, marker))
+                try:
+                    yield _Detach(_refresh(memo, key, marker))
+                except BaseException:  # (cancelled as its marker was added: no refresh runs)
+                    yield functools.partial(memo.cache.delete, marker, retry=True)
+                    raise
         return result
     if single_flight:
         return (yield from _single_flight(memo, key, True, lock_expire, wait_timeout))
@@ -279,11 +283,17 @@ def _drive(steps: Steps, func: Callable[..., Any], args: tuple[Any, ...], kwargs
     """Run a procedure for a plain function, in the calling thread."""
     reply: Any = None
     error: BaseException | None = None
+    thrown: BaseException | None = None  # the latest exception thrown in
     while True:
+        thrown = error if error is not None else thrown
         try:
             request = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value
+        except RuntimeError as exc:
+            if exc.__cause__ is not None and exc.__cause__ is thrown:
+                raise thrown from None  # the function's StopIteration (PEP 479 renamed it)
+            raise
         reply = error = None
         try:
             if request is _COMPUTE:
@@ -316,7 +326,7 @@ async def _adrive(
             request = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value
-        reply = error = None
+        reply = error = handed_over = None
         try:
             if request is _COMPUTE:
                 reply = await func(*args, **kwargs)
@@ -327,9 +337,44 @@ async def _adrive(
                 _background_tasks.add(task)
                 task.add_done_callback(_background_tasks.discard)
             else:
-                reply = await run_sync(request)
+                pending = start_sync(request)
+                try:
+                    reply = await asyncio.shield(pending)
+                except asyncio.CancelledError as cancel:
+                    # The call runs on in its thread (it may take the lock, add the marker):
+                    # once it ends, the procedure gets its outcome, then the cancel, and cleans up.
+                    pending.add_done_callback(functools.partial(_settle_cancelled, steps, cancel))
+                    handed_over = cancel
         except BaseException as exc:  # noqa: BLE001
             error = exc  # CancelledError too: a held lock is still released
+        if handed_over is not None:
+            raise handed_over
+
+
+def _settle_cancelled(steps: Steps, cancel: BaseException, pending: asyncio.Future[Any]) -> None:
+    """The pool call a cancelled caller awaited has ended: run the procedure on to its end."""
+    reply, error = None, (cancel if pending.cancelled() else pending.exception())
+    if error is None:
+        reply = pending.result()
+    threading.Thread(target=_finish_cancelled, args=(steps, reply, error, cancel), daemon=True,
+                     name="diskcache_core-memoize-cancelled").start()
+
+
+def _finish_cancelled(steps: Steps, reply: Any, error: BaseException | None, cancel: BaseException) -> None:
+    """In a thread of its own: the step's outcome goes in, then the cancellation, and the clean-up
+    steps the procedure yields for it (a lock's release, a marker's removal) run."""
+    try:
+        steps.send(reply) if error is None else steps.throw(error)
+        request = steps.throw(cancel)
+        while callable(request):
+            try:
+                reply, error = request(), None
+            except BaseException as exc:  # noqa: BLE001 - thrown in, as _drive does
+                reply, error = None, exc
+            request = steps.send(reply) if error is None else steps.throw(error)
+        steps.close()
+    except BaseException:  # noqa: BLE001 - the cancellation, re-raised: its caller has gone
+        pass
 
 
 def _wrap(func: Callable[..., Any], memo: _Memo, procedure: Callable[[_Memo, str], Steps]) -> Any:

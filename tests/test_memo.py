@@ -642,6 +642,54 @@ def test_single_flight_lock_is_released_when_the_function_raises(cache):
     assert flaky() == 'ok'
 
 
+def test_a_function_raising_stopiteration_raises_it_through_memoize_stampede(cache):
+    # Thrown into the procedure (a generator), it came out as PEP 479's RuntimeError.
+    for single_flight in (False, True):
+        @memoize_stampede(cache, expire=60, single_flight=single_flight)
+        def first(items):
+            return next(iter(items))
+
+        with pytest.raises(StopIteration):
+            first([])
+        assert first([7]) == 7
+
+
+def test_single_flight_async_caller_cancelled_while_taking_the_lock_releases_it(cache):
+    # The lock was taken in a worker thread after its caller had been cancelled, and nobody
+    # released it: later callers waited lock_expire seconds (or raised Timeout).
+    runs = []
+
+    @memoize_stampede(cache, expire=60, single_flight=True, lock_expire=600, wait_timeout=600)
+    async def value():
+        runs.append(1)
+        return len(runs)
+
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock():
+        with cache.transact(retry=True):
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    assert holding.wait(60)
+
+    async def cancelled_then_again():
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(value(), 0.05)  # still waiting for the write lock
+        release.set()
+        return await value()  # waits for the lock only until the cancelled caller's is gone
+
+    try:
+        assert asyncio.run(cancelled_then_again()) == 1
+    finally:
+        release.set()
+        holder.join(60)
+    assert runs == [1]
+    assert not [key for key in cache if str(key).endswith('#lock')]
+
+
 def test_stampede_option_validation(cache):
     for options in ({'beta': -1}, {'lock_expire': 0}, {'wait_timeout': -1}):
         with pytest.raises(ValueError):
