@@ -35,19 +35,20 @@ def store_in_batches(
 ) -> None:
     """Store `items` one by one, `BATCH` to a transaction, calling `after` in each.
 
-    Like ``deque.extend`` and ``dict.update``, a failure part-way (the iterable raising, or an
-    item that cannot be serialized) keeps the items before it, then raises.
+    Like ``deque.extend`` and ``dict.update``, a failure part-way (the iterable raising, an
+    item that cannot be serialized, Ctrl-C) keeps the items before it, then raises: items taken
+    from the iterable (popped from another deque, say) are never dropped.
     """
     iterator = iter(items)
     while True:
         batch: list[Any] = []
-        failure: Exception | None = None
+        failure: BaseException | None = None
         try:
             for item in iterator:
                 batch.append(item)
                 if len(batch) == BATCH:
                     break
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after the items before it
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the items before it
             failure = exc
         if batch:
             with cache.transact(retry=True):
@@ -56,7 +57,7 @@ def store_in_batches(
                         store(item)
                     except DiskCacheError:
                         raise  # the database failed: roll the batch back
-                    except Exception as exc:  # noqa: BLE001 - unserializable: keep what came before
+                    except BaseException as exc:  # noqa: BLE001 - keep what came before
                         failure = exc
                         break
                 after()

@@ -25,7 +25,6 @@ __all__ = ["Deque"]
 
 T = TypeVar("T")
 
-_LOCK_FREE_TRIES = 3  # d[i] tries without the write lock before it takes it
 _INFINITY = float("inf")
 
 
@@ -236,25 +235,13 @@ class Deque(Sequence[T]):
     def __getitem__(self, index: int) -> T:  # type: ignore[override]
         """``d[index]``: the item at `index` (negative counts from the back); IndexError when
         out of range."""
-        index = _check_index(index)
-        # Lock-free first: another process may pop the item between finding its key and reading
-        # it; then look again, and after a few misses read under the write lock.
-        for _ in range(_LOCK_FREE_TRIES):
-            key = self._key_at(index)
-            if key is not None:
-                value = self._cache.get(key, MISSING, retry=True)
-                if value is not MISSING:
-                    return value  # type: ignore[no-any-return]
-        with self._cache.transact(retry=True):
-            while True:
-                key = self._key_at(index)
-                value = self._cache.get(key, MISSING, retry=True)
-                if value is not MISSING:
-                    return value  # type: ignore[no-any-return]
-                # Unreadable under the lock: its value file is lost (or, in a cache shared with
-                # other code, it expired). The item goes, as iteration passes over it, and the
-                # index is looked up again. pop removes such rows; delete leaves expired ones.
-                self._cache.pop(key, retry=True)
+        # One statement finds and reads it: the item was at `index` in that snapshot, whatever
+        # other threads and processes push and pop meanwhile (an item whose value file is lost
+        # goes, as iteration passes over it, and the index is looked up again).
+        found = self._cache._queues.item_at(_check_index(index), retry=True)
+        if found is None:
+            raise IndexError("deque index out of range")
+        return found[1]  # type: ignore[no-any-return]
 
     def __setitem__(self, index: int, value: T) -> None:
         """``d[index] = value``: replace the item at `index`; IndexError when out of range."""
@@ -271,11 +258,19 @@ class Deque(Sequence[T]):
     # --- reading -----------------------------------------------------------------------------
 
     def _values(self, reverse: bool) -> Iterator[T]:
+        # Up to the far end's item as the iteration starts: items added meanwhile at that end
+        # are not reached, so ``d.extend(x for x in d)`` ends, as with an Index (the builtin
+        # raises RuntimeError there instead).
         cache = self._cache
+        last = next(cache.iterkeys(reverse=not reverse), MISSING)
         for key in cache.iterkeys(reverse=reverse):
+            if type(key) is int and type(last) is int and (key < last if reverse else key > last):
+                return  # (last itself was popped meanwhile)
             value = cache.get(key, MISSING, retry=True)
             if value is not MISSING:  # popped by someone else meanwhile
                 yield value
+            if key == last:
+                return
 
     def __iter__(self) -> Iterator[T]:
         """Iterate from front to back (items popped meanwhile are skipped)."""
@@ -339,18 +334,39 @@ class Deque(Sequence[T]):
             else:
                 moves, source, target = size - steps, "front", "back"
             for _ in range(moves):
-                _, value = cache.pull(side=source, retry=True)
+                _, value = cache.pull(default=(None, MISSING), side=source, retry=True)
+                if value is MISSING:
+                    return  # only unreadable items (lost value files) were left: pull removed them
                 cache.push(value, side=target, retry=True)
 
     def reverse(self) -> None:
         """Reverse the items in place, by swapping values pairwise from both ends. Atomic."""
         cache = self._cache
         with cache.transact(retry=True):
-            pairs = zip(cache.iterkeys(), cache.iterkeys(reverse=True))
-            for front, back in islice(pairs, len(cache) // 2):
-                front_value = cache[front]
-                cache.set(front, cache[back], retry=True)
+            fronts, backs = enumerate(cache.iterkeys()), enumerate(cache.iterkeys(reverse=True))
+            size = len(cache)
+            low, high = -1, size  # the positions of the front and back items read last
+            front_value = back_value = MISSING
+            while True:  # an unreadable item (its value file lost) goes, as iteration passes it
+                while front_value is MISSING and low + 1 < high:
+                    low, front = next(fronts)
+                    front_value = self._readable(front)
+                while back_value is MISSING and high - 1 > low:
+                    from_back, back = next(backs)
+                    high = size - 1 - from_back
+                    back_value = self._readable(back)
+                if front_value is MISSING or back_value is MISSING:
+                    return
+                cache.set(front, back_value, retry=True)
                 cache.set(back, front_value, retry=True)
+                front_value = back_value = MISSING
+
+    def _readable(self, key: Any) -> Any:
+        """The value at `key`, or MISSING after removing an item that cannot be read."""
+        value = self._cache.get(key, MISSING, retry=True)
+        if value is MISSING:
+            self._cache.pop(key, retry=True)
+        return value
 
     def clear(self) -> None:
         """Remove every item."""

@@ -31,7 +31,8 @@ from ._dbfile import refuse_special_file
 from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
 from ._errors import DiskCacheError, storage_error
-from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, database_uri
+from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
+from ._schema import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 
 if TYPE_CHECKING:
     from ._cache import Cache
@@ -54,8 +55,6 @@ GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: multiplying spreads nearby 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Shard 0's Settings row repeating a layout of ours (python-diskcache skips rows it does not use).
 _MARK_ROW = "core_fanout_layout"
-_SELECT_MARK = "SELECT value FROM Settings WHERE key = ?"
-_INSERT_MARK = "INSERT OR IGNORE INTO Settings VALUES (?, ?)"
 crc32 = zlib.crc32
 
 
@@ -214,7 +213,7 @@ def _marked_layout(directory: str) -> dict[str, Any] | None:
     try:
         con = sqlite3.connect(database_uri(path, "mode=ro"), uri=True, timeout=5.0)
         try:
-            rows = con.execute(_SELECT_MARK, (_MARK_ROW,)).fetchall()
+            rows = con.execute(SELECT_SETTING, (_MARK_ROW,)).fetchall()
         finally:
             con.close()
         marked = json.loads(rows[0][0]) if rows else None
@@ -241,10 +240,10 @@ def bind_layout(directory: str, layout: str, shards: Sequence[Cache]) -> None:
     if layout != _HASH_CRC or store.pool.read_only:
         return
     try:
-        if not store.read(_SELECT_MARK, (_MARK_ROW,)):
+        if not store.read(SELECT_SETTING, (_MARK_ROW,)):
             text = json.dumps({"format": 1, "shards": len(shards), "hash": _HASH_CRC})
             with store.transaction(retry=True) as state:
-                state.execute(_INSERT_MARK, (_MARK_ROW, text))
+                state.execute(INSERT_SETTING_ONCE, (_MARK_ROW, text))
     except DiskCacheError:
         pass  # (the layout file still holds it; the next opener tries again)
 

@@ -140,6 +140,16 @@ class Queues:
         db_key, raw, value, db_expire, db_tag = found
         return shape((self._disk.get(db_key, raw), value), db_expire, db_tag, expire_time, tag)
 
+    def item_at(self, index: int, retry: bool = False) -> tuple[Any, Any] | None:
+        """``(key, value)`` of the item at `index` in key order (negative: from the end), or
+        None when out of range: read in one statement, so in one snapshot (a Deque's ``d[i]``)."""
+        end, offset = ("front", index) if index >= 0 else ("back", -1 - index)
+        found = self._first_live(sql.ROW_AT[end], (offset,), retry)
+        if found is None:
+            return None
+        db_key, raw, value, _, _ = found
+        return self._disk.get(db_key, raw), value
+
     def _first_live(self, statement: str, params: tuple[Any, ...], retry: bool) -> tuple[Any, ...] | None:
         """``(db_key, raw, value, expire_time, tag)`` of the first row `statement` selects that
         has not expired, or None. Expired rows met on the way are deleted, and so are rows

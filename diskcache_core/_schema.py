@@ -288,18 +288,14 @@ QUEUE_DELETE_UNCHANGED_END = {  # the end's item, if it is still the one read (s
     " AND rowid = ? AND key = ?" + _UNCHANGED
     for side, order in (("front", "ASC"), ("back", "DESC"))
 }
-QUEUE_PEEK = {
-    side: "SELECT rowid, key, raw, expire_time, tag, mode, filename, value, size "
-    + _QUEUE_RANGE + order
-    + " LIMIT 1"
-    for side, order in (("front", "ASC"), ("back", "DESC"))
-}
-_PEEK_ITEM = (
-    "SELECT rowid, key, raw, expire_time, tag, mode, filename, value, size FROM Cache"
-    " ORDER BY rowid "
-)
-PEEK_LAST = _PEEK_ITEM + "DESC LIMIT 1"
-PEEK_FIRST = _PEEK_ITEM + "ASC LIMIT 1"
+_ROW = "SELECT rowid, key, raw, expire_time, tag, mode, filename, value, size "
+QUEUE_PEEK = {side: _ROW + _QUEUE_RANGE + order + " LIMIT 1"
+              for side, order in (("front", "ASC"), ("back", "DESC"))}
+PEEK_LAST = _ROW + "FROM Cache ORDER BY rowid DESC LIMIT 1"
+PEEK_FIRST = _ROW + "FROM Cache ORDER BY rowid ASC LIMIT 1"
+# A Deque's d[i]: the row at an offset from the front (or back), in key order, in one statement.
+ROW_AT = {end: _ROW + f"FROM Cache ORDER BY key {order}, raw {order} LIMIT 1 OFFSET ?"
+          for end, order in (("front", "ASC"), ("back", "DESC"))}
 
 # Iteration, a page at a time so no read transaction stays open between pages.
 KEYS_ASC = (

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import diskcache_core as dc
+from diskcache_core import _reaper
 from diskcache_core._persistent import Deque, Index
 
 INF = float('inf')
@@ -735,6 +736,61 @@ def test_deque_index_passes_over_an_item_whose_value_file_is_lost(deque):
     assert deque[0] == b'small'
     assert deque[-1] == b'small'
     assert len(deque) == 1  # the lost items met by d[i] were removed
+
+
+@pytest.mark.parametrize('kept', [0, 1])
+def test_deque_rotate_and_reverse_drop_items_whose_value_files_are_lost(directory, kept):
+    # rotate pushed a None that was never appended (pull's default), and reverse raised
+    # KeyError naming an internal key, leaving the deque half reversed.
+    made = Deque([b'x' * 300_000, b'y' * 300_000] + [b'small'] * kept, directory)
+    for path in list(Path(directory).rglob('*.val')):
+        path.unlink()
+    made.rotate(1)
+    assert list(made) == [b'small'] * kept
+    if not kept:
+        assert len(made) == 0  # the pulls that found nothing readable removed them
+    items = [b'a' * 300_000, 1, b'b' * 300_000, 2, 3, b'c' * 300_000, 4]
+    made.extend(items)
+    _reaper.drain()  # (files released above are being removed)
+    for path in sorted(Path(directory).rglob('*.val'))[:2]:
+        path.unlink()
+    readable = list(made)
+    made.reverse()
+    assert list(made) == readable[::-1]
+    assert len(made) == len(readable)  # the lost ones went, as iteration passes over them
+
+
+@pytest.mark.parametrize('size', range(9))
+def test_deque_reverse_every_small_size(directory, size):
+    made = Deque(range(size), directory)
+    made.reverse()
+    assert list(made) == list(range(size))[::-1]
+
+
+@pytest.mark.parametrize('interrupt', [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize('kind', ['Deque', 'Index'])
+def test_extend_and_update_keep_what_they_took_when_interrupted(directory, interrupt, kind):
+    # An interrupt while a batch was being gathered dropped the batch: items taken from the
+    # iterable (popped from another deque, say) were lost.
+    def items():
+        for number in range(150):
+            if number == 130:
+                raise interrupt()
+            yield (number, number) if kind == 'Index' else number
+
+    made = Deque(directory=directory) if kind == 'Deque' else Index(directory)
+    with pytest.raises(interrupt):
+        made.extend(items()) if kind == 'Deque' else made.update(items())
+    assert list(made) == list(range(130))
+
+
+def test_deque_iteration_ends_at_the_far_end_it_started_with(deque):
+    # It paged on with no end: d.extend(x for x in d) grew until the disk was full.
+    deque.extend(range(250))
+    deque.extend(item for item in deque)
+    assert list(deque) == list(range(250)) * 2
+    deque.extendleft(item for item in reversed(deque))
+    assert len(deque) == 1000
 
 
 @pytest.mark.timeout(120)

@@ -143,3 +143,40 @@ def test_rotate_and_reverse_are_atomic_across_processes(tmp_path):
     cycle = items[position:] + items[:position]
     assert cycle in (list(range(20)), [0] + list(range(19, 0, -1)))
     assert Index(index_directory)['rounds'] == 90
+
+
+def push_and_pop_at_one_end(directory: str, front: bool, cycles: int, start) -> None:
+    deque = Deque(directory=directory)
+    start.wait(DEADLINE)
+    for _ in range(cycles):
+        if front:
+            deque.appendleft('Z')
+            deque.popleft()
+        else:
+            deque.append('D')
+            deque.pop()
+
+
+@pytest.mark.parametrize('front', [False, True], ids=['back', 'front'])
+def test_an_index_reads_the_item_at_that_index_while_another_process_pushes_and_pops(tmp_path, front):
+    # d[i] read the length and then walked from the nearer end in separate statements: with
+    # the length stale, it walked from the wrong end and returned another index's item.
+    directory = str(tmp_path / 'deque')
+    deque = Deque(['A', 'B', 'C'], directory=directory)
+    start = SPAWN.Event()
+    writer = SPAWN.Process(target=push_and_pop_at_one_end, args=(directory, front, 3000, start))
+    writer.start()
+    try:
+        start.set()
+        seen = Counter()
+        reads = 0
+        while writer.is_alive() or reads < 1000:  # for as long as the writer runs (a count)
+            seen[deque[-2] if front else deque[1]] += 1
+            reads += 1
+        writer.join(DEADLINE)
+        assert writer.exitcode == 0
+    finally:
+        if writer.is_alive():
+            writer.kill()
+    assert seen == {'B': reads}
+    assert list(deque) == ['A', 'B', 'C']
