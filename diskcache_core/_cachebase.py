@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 __all__ = ["CacheBase"]
 
 _Self = TypeVar("_Self", bound="CacheBase")
+# Seconds at least that a settings write (reset, stats switching statistics, _sql) waits for the
+# write lock before Timeout: python-diskcache retries those for 60 s (a cache's own timeout, a
+# FanoutCache shard's 10 ms, is for data writes, which may give up).
+SETTINGS_WAIT = 60.0
 
 
 class CacheBase:
@@ -187,25 +191,20 @@ class CacheBase:
             options = self._settings.disk_options(self._code_only)
             check_disk_option(self._disk, self._directory, options, key, value)
         if update:
-            with self._store.transaction(retry=True) as state:
-                for statement, params in sql.store_setting(key, value):
+            with self._store.transaction(timeout=max(self._timeout, SETTINGS_WAIT)) as state:
+                for statement, params in _setting_statements(key, value):
                     state.execute(statement, params)
         if key.startswith("sqlite_"):
             self._store.read(sql.set_pragma(key[len("sqlite_"):], value))
         self._apply_setting(key, value)
-        if key == "eviction_policy" and update:
-            index = sql.policy_of(value).create_index
-            if index is not None:
-                self._store.write(index, (), retry=True)
-        elif key == "tag_index" and update:
-            self._store.write(sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, (), retry=True)
         return value
 
     def _reset_counter(self, key: str, value: Any, update: bool) -> int:
         """Store a counter's value, as python-diskcache's ``reset`` does (`check` recounts)."""
         number = whole_number(key, value, what="counter")
         if update:
-            self._store.write(sql.STORE_SETTING, (sql.row_name(key), number), retry=True)
+            with self._store.transaction(timeout=max(self._timeout, SETTINGS_WAIT)) as state:
+                state.execute(sql.STORE_SETTING, (sql.row_name(key), number))
         self._counters[key] = number
         return number
 
@@ -447,7 +446,7 @@ class CacheBase:
         a transaction of its own (or joins this thread's), so a write commits whole and the
         memory tiers of every process see it, as they see the library's own writes.
         """
-        with self._store.transaction(retry=True) as state:
+        with self._store.transaction(timeout=max(self._timeout, SETTINGS_WAIT)) as state:
             cursor = state.execute(statement, params)
             rows = cursor.fetchall()
         return FetchedRows(rows, cursor.rowcount)
@@ -499,6 +498,17 @@ class CacheBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._directory!r})"
+
+
+def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:
+    """The statements storing setting `key`, then those making (or dropping) the index it needs."""
+    statements: list[tuple[str, Any]] = list(sql.store_setting(key, value))
+    index = sql.policy_of(value).create_index if key == "eviction_policy" else None
+    if index is not None:
+        statements.append((index, ()))
+    elif key == "tag_index":
+        statements.append((sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, ()))
+    return statements
 
 
 def _recreator(cache: CacheBase) -> Callable[[], None]:

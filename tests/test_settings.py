@@ -643,3 +643,42 @@ def test_a_pickle_protocol_pickle_cannot_take_is_refused_by_assignment(tmp_path)
         cache.disk_pickle_protocol = -1  # pickle's highest
         cache.set('k', {'a': 1})
         assert cache.get('k') == {'a': 1}
+
+
+@pytest.mark.timeout(120)
+def test_settings_writes_wait_for_the_lock_a_bounded_time_then_raise_timeout(tmp_path, monkeypatch):
+    # They waited with no bound (reset, stats switching statistics on, create_tag_index,
+    # _sql): a process holding the write lock, stopped, held them for ever.
+    import threading
+
+    from diskcache_core import _cachebase
+
+    monkeypatch.setattr(_cachebase, "SETTINGS_WAIT", 0.3)  # (60 s: python-diskcache's wait)
+    cache = dc.Cache(str(tmp_path / "c"), timeout=0.05)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with dc.Cache(cache.directory).transact():
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(60)
+        for call in (
+            cache.stats,  # its first call switches statistics on
+            lambda: cache.reset("cull_limit", 5),
+            lambda: cache.reset("hits", 0),
+            cache.create_tag_index,
+            lambda: cache._sql("UPDATE Settings SET value = value WHERE key = 'hits'"),
+        ):
+            with pytest.raises(dc.Timeout):
+                call()
+    finally:
+        release.set()
+        holder.join(60)
+    assert cache.stats() == (0, 0) and cache.reset("cull_limit", 5) == 5
+    cache.create_tag_index()
+    assert cache.tag_index == 1
+    cache.close()
