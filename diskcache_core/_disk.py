@@ -51,6 +51,8 @@ __all__ = [
     "MODE_TEXT",
     "UNKNOWN",
     "CutShortValueFile",
+    "UNSTORABLE",
+    "as_read_back",
     "check_disk_class",
     "unsupported_key",
 ]
@@ -506,6 +508,27 @@ class CutShortValueFile(FileNotFoundError):
 class _NotADiskClass(TypeError, ValueError):
     """A `disk` argument that is not a Disk subclass: a TypeError, and a ValueError as
     python-diskcache raises, so that code written for either catches it."""
+
+
+UNSTORABLE: Any = object()  # `as_read_back`: a value SQLite cannot store in a column
+
+
+def as_read_back(db_value: Any) -> Any:
+    """What the database gives back for `db_value`, a value column a Disk's ``store`` made (so
+    what its ``fetch`` sees there): bytes for any buffer (``sqlite3.Binary``), a plain int,
+    float or str for their subclasses (bool, enums), None for NaN; `UNSTORABLE` otherwise."""
+    kind = type(db_value)
+    if kind is bytes or kind is str or kind is int or db_value is None:
+        return db_value
+    if isinstance(db_value, (memoryview, bytearray)):
+        return bytes(db_value)
+    if isinstance(db_value, float):
+        return None if db_value != db_value else float(db_value)
+    if isinstance(db_value, int):
+        return int(db_value)
+    if isinstance(db_value, str):
+        return str(db_value)
+    return UNSTORABLE
 
 
 def check_disk_class(disk: Any) -> None:

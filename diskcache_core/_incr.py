@@ -74,7 +74,14 @@ def _increment_in_python(
     with store.transaction(retry) as state:
         now = time.time()
         row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
-        if row is None or (row[1] is not None and row[1] <= now):  # row[1]: its expire_time
+        current: Any = NO_VALUE
+        if row is not None and (row[1] is None or row[1] > now):  # row[1]: its expire_time
+            rowid, _, mode, filename, db_value = row
+            try:
+                current = disk.fetch(mode, filename, db_value, False)
+            except FileNotFoundError:
+                pass  # its value file is lost: the item reads as missing, as a get finds it
+        if current is NO_VALUE:
             if default is None:
                 raise KeyError(key)
             value = _add(key, default, delta)
@@ -82,8 +89,6 @@ def _increment_in_python(
             params = (db_key, raw, now, None, None, size, mode, filename, db_value)
             store.write(sql.UPSERT, params, retry, filename)  # joins the transaction
             return value
-        rowid, _, mode, filename, db_value = row
-        current = disk.fetch(mode, filename, db_value, False)
         if not isinstance(current, numbers.Number):
             raise TypeError(
                 f"cannot increment the value of {key!r}: it is a {type(current).__name__},"

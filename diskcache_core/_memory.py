@@ -57,6 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
+from ._disk import UNSTORABLE, as_read_back
 from ._versionfile import BUCKETS, HEADER_WORDS
 
 __all__ = [
@@ -381,8 +382,10 @@ class MemoryTier:
             return
         if self.faithful and type(value) in IMMUTABLE_TYPES:
             self.store(map_key, value, None, index, version, expire_time, db_key, raw)
-        else:
+        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:  # as a fetch would see it
             self.store(map_key, db_value, mode, index, version, expire_time, db_key, raw)
+        else:
+            self.discard(map_key)
 
     def after_delete(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
         """After a delete committed: keep "absent" if the key had an entry and no later writer

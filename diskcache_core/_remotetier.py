@@ -21,7 +21,7 @@ from typing import Any, Callable, NoReturn
 
 from . import _schema as sql
 from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
-from ._disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, Disk
+from ._disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, UNSTORABLE, Disk, as_read_back
 from ._errors import DiskCacheError, RemoteUnsupportedError
 from ._listener import ListenerThread, listener_for, release_listener
 from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
@@ -186,7 +186,7 @@ class RemoteTier:
             return
         if memory.faithful and type(value) in IMMUTABLE_TYPES:
             memory.store(map_key, value, None, index, stamp, expires, db_key, raw)
-        else:
+        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:  # as a fetch would see it
             memory.store(map_key, db_value, mode, index, stamp, expires, db_key, raw)
 
     def _keep(

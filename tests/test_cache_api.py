@@ -430,6 +430,24 @@ def test_incr_missing_with_default_none_raises(cache):
     assert 'missing' not in cache
 
 
+def test_incr_of_an_item_whose_value_file_is_lost_counts_from_the_default(make_cache):
+    # A get finds such an item missing; incr raised FileNotFoundError naming only the file.
+    cache = make_cache(disk_min_file_size=0)  # numbers kept in value files
+    for default, expected in ((None, KeyError), (0, 1)):  # (the last replaces the lost row)
+        cache.set('n', 10**40)
+        for root, _, names in os.walk(cache.directory):
+            for name in names:
+                if name.endswith('.val'):
+                    os.remove(os.path.join(root, name))
+        if expected is KeyError:
+            with pytest.raises(KeyError):
+                cache.incr('n', default=default)
+        else:
+            assert cache.incr('n', default=default) == expected
+            assert cache.get('n') == expected
+    assert cache.check() == []
+
+
 def test_incr_past_64_bits(cache):
     cache.set('big', 2**63 - 1)
     assert cache.incr('big') == 2**63

@@ -7,6 +7,7 @@ import decimal
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -586,3 +587,37 @@ def test_a_damaged_compressed_value_is_the_librarys_error_not_a_wrong_value(tmp_
     with pytest.raises(dc.DiskCacheError, match="damaged"):
         cache.get("key")
     cache.close()
+
+
+class RawStoringDisk(dc.Disk):
+    """Stores some values in the value column as they come, as python-diskcache's Disk.store
+    stores bytes (``sqlite3.Binary``, a memoryview)."""
+
+    def store(self, value, read, key=dc.core.UNKNOWN):
+        if isinstance(value, (bytes, bytearray, bool, float, int)) and not read:
+            stored = sqlite3.Binary(value) if type(value) is bytes else value
+            return 0, dc.core.MODE_RAW, None, stored
+        return super().store(value, read, key=key)
+
+
+def test_the_memory_tier_answers_what_the_database_gives_back_to_a_custom_disk(tmp_path):
+    # It kept the object store() returned: a memoryview where the database gives bytes, True
+    # where it gives 1, a bytearray a caller could change, NaN where it gives None.
+    import enum
+
+    class Colour(enum.IntEnum):
+        RED = 1
+
+    writer = dc.Cache(str(tmp_path), disk=RawStoringDisk)
+    reader = dc.Cache(str(tmp_path), disk=RawStoringDisk, memory_size_limit=0)
+    try:
+        for value in (b'bytes', bytearray(b'array'), True, Colour.RED, float('nan'), 2.5, 7):
+            writer.set('k', value)
+            from_memory = [writer.get('k') for _ in range(3)]
+            from_database = reader.get('k')
+            for got in from_memory:
+                assert type(got) is type(from_database), value
+                assert got == from_database or got is from_database is None, value
+    finally:
+        writer.close()
+        reader.close()
