@@ -260,6 +260,7 @@ class CacheBase:
                 words, size_limit, item_limit, self._plain_keys, self._native_numbers,
                 self._disk.put,
             )
+            self._memory.local = self._store.local
         else:
             self._memory.set_limits(size_limit, item_limit)
         self._lookups = self._memory

@@ -71,7 +71,7 @@ class ThreadState:
     __slots__ = (
         "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
         "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
-        "identity", "recheck_at",
+        "identity", "recheck_at", "words",
     )  # fmt: skip
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
@@ -105,9 +105,11 @@ class ThreadState:
         self.close_after = False
         # Parked in a forked child (see the module docstring): the parent's, never used here.
         self.inherited = False
-        # The database file it opened, and when to look again that it is the cache's (`moved`).
+        # The database file it opened, and when to look again that it is the cache's (`moved`);
+        # the version words its triggers bump (a memory tier keeps what it reads only if the same).
         self.identity: Any = None
         self.recheck_at = 0.0
+        self.words: memoryview | None = None
 
     def close(self) -> None:
         self.con.close()
@@ -218,6 +220,7 @@ class ConnectionPool:
             if self.words is None:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
+            state.words = self.words
             item_changed = change_recorder(state, self.words)
             con.create_function(VERSION_FUNCTION, 1, item_changed)
             con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))

@@ -231,6 +231,7 @@ class MemoryTier:
         faithful: bool, put: Callable[[Any], tuple[Any, Any]],
     ) -> None:
         self.words = words
+        self.local: Any = None  # the store's thread-local, whose states hold their connections
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self.size = 0
         self.hits = 0
@@ -309,8 +310,9 @@ class MemoryTier:
         """
         self.misses += 1
         map_key = self.map_key(db_key, raw)
-        if map_key is None:
-            return None
+        state = getattr(self.local, "state", None)  # this thread's connection (None: opens next)
+        if map_key is None or (state is not None and state.words is not self.words):
+            return None  # (a connection to a database removed while open: not the tier's)
         entry = self.entries.get(map_key)
         if entry is not None:
             index: int | None = entry.word

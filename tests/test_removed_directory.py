@@ -172,3 +172,29 @@ def test_a_directory_replaced_by_a_file_keeps_refusing_writes(tmp_path):
         with pytest.raises(OSError):
             cache.set('k', 2)
     cache.close()
+
+
+def test_a_connection_to_the_removed_database_fills_no_memory_tier(tmp_path):
+    # After a new thread's connection followed the directory made anew (and the tier forgot
+    # all), the main thread's reads on its old connection kept the removed database's value in
+    # the tier, where every thread of the process was then answered with it.
+    directory = str(tmp_path / 'c')
+    cache = dc.Cache(directory)
+    cache.set('j', 'old')
+    assert cache.get('j') == 'old'
+    shutil.rmtree(directory)
+    script = 'import sys, diskcache_core as dc\nwith dc.Cache(sys.argv[1]) as c:\n    c.set("j", "new")\n'
+    subprocess.run([sys.executable, '-c', script, directory], check=True, timeout=120)
+
+    def in_a_new_thread(call):
+        results = []
+        thread = threading.Thread(target=lambda: results.append(call()))
+        thread.start()
+        thread.join()
+        return results[0]
+
+    assert in_a_new_thread(lambda: cache.get('j', tag=True)[0]) == 'new'  # its own connection
+    for _ in range(3):
+        cache.get('j')  # the main thread, on the old connection (until it writes: documented)
+    assert [in_a_new_thread(lambda: cache.get('j')) for _ in range(5)] == ['new'] * 5
+    cache.close()
