@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Any, Callable, Generic, TypeVar, overload
 
-from ._arguments import INT64_MAX, INT64_MIN, float_seconds, whole_number
+from ._arguments import INT64_MAX, INT64_MIN, check_text, float_seconds, whole_number
 from ._codecs import CODEC_FACTORIES, check_compress_level, codec_named
 from ._errors import StoredSettingWarning
 from ._schema import EVICTION_POLICY, METADATA, POLICIES
@@ -330,6 +330,20 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
 _INTEGERS = (whole_number, _protocol, _optional_int)
 
 
+def _storable(name: str, value: Any) -> Any:
+    """A value the Settings table can hold (a custom Disk's option is stored, for later opens)."""
+    if value is not None and type(value) not in (int, float, str, bytes, bool):
+        raise TypeError(
+            f"{name} is stored in the cache's database: it must be an int, float, str, bytes,"
+            f" bool or None, not {type(value).__name__}"
+        )
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} is stored in the cache's database: {value} is beyond 64 bits")
+    if type(value) is str:
+        check_text(name, value)
+    return value
+
+
 def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Check every setting's name and value; return them normalised. Raises before any I/O."""
     checked = {}
@@ -342,7 +356,8 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
         elif name.startswith("sqlite_"):
             checked[name] = _pragma(name, value)
         elif name.startswith("disk_"):
-            checked[name] = value  # options of a custom Disk: its constructor checks them
+            # A custom Disk's option (its constructor checks it), stored unless from code only.
+            checked[name] = value if name in CODE_ONLY_SETTINGS else _storable(name, value)
         else:
             known = ", ".join(
                 sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, *REMOTE_DEFAULTS, "read_only"})

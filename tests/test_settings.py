@@ -682,3 +682,25 @@ def test_settings_writes_wait_for_the_lock_a_bounded_time_then_raise_timeout(tmp
     cache.create_tag_index()
     assert cache.tag_index == 1
     cache.close()
+
+
+class _PrefixDisk(dc.Disk):
+    def __init__(self, directory, prefix='', **kwargs):
+        super().__init__(directory, **kwargs)
+        self.prefix = prefix
+
+
+@pytest.mark.parametrize('value, error', [
+    (('a', 'b'), TypeError), ([1], TypeError), ({'a': 1}, TypeError), (2**64, ValueError),
+    ('\ud800', ValueError),
+])
+def test_a_custom_disk_option_sqlite_cannot_store_is_refused_before_anything_is_made(tmp_path, value, error):
+    # It raised DatabaseError ("Error binding parameter") after cache.db was made.
+    directory = tmp_path / 'c'
+    with pytest.raises(error, match='disk_prefix'):
+        dc.Cache(str(directory), disk=_PrefixDisk, disk_prefix=value)
+    assert not directory.exists()
+    with dc.Cache(str(directory), disk=_PrefixDisk, disk_prefix='p') as cache:
+        with pytest.raises(error, match='disk_prefix'):
+            cache.reset('disk_prefix', value)
+        assert cache.reset('disk_prefix') == 'p' and cache.disk.prefix == 'p'
