@@ -232,14 +232,20 @@ def _prefix(name: str, value: Any) -> str:
     return value
 
 
+_MAX_SECONDS = 1e6  # max_staleness, remote_timeout: some eleven days
+
+
 def _seconds(name: str, value: Any) -> float:
     if type(value) not in (int, float) and (
         isinstance(value, bool) or not isinstance(value, numbers.Real)
     ):
         raise TypeError(f"setting {name!r} must be a number of seconds, not {value!r}")
     seconds = float_seconds(f"setting {name!r}", value)  # ValueError, not OverflowError
-    if not 0 < seconds < math.inf:
-        raise ValueError(f"setting {name!r} must be a positive number of seconds, got {value!r}")
+    if not 0 < seconds <= _MAX_SECONDS:
+        raise ValueError(
+            f"setting {name!r} must be a positive number of seconds up to {_MAX_SECONDS:g}"
+            f" (a socket's timeout must fit the platform's time), got {value!r}"
+        )
     return seconds
 
 

@@ -10,6 +10,12 @@ __all__ = ["CLUSTER_WORDS", "check_remote_url", "safe_url"]
 _SCHEMES = ("redis", "rediss", "unix")
 
 
+# redis-py options the library sets itself: a timed-out write resent by redis-py may be applied
+# twice (an add that stored its item reports it lost; a pop loses the item).
+_LIBRARY_OPTIONS = frozenset(
+    {"retry_on_timeout", "retry_on_error", "socket_timeout", "socket_connect_timeout"}
+)
+
 # What ``?cluster=`` may say: a yes (the first four) or a no.
 CLUSTER_WORDS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 
@@ -34,12 +40,18 @@ def check_remote_url(url: Any) -> str:
     database = parts.path.strip("/") if parts.scheme != "unix" else ""
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     database = query.get("db", database)
-    if database and not database.isdigit():  # redis-py would quietly use database 0
+    if database and not (database.isascii() and database.isdigit()):  # redis-py: database 0
         raise ValueError(f"remote URL {safe_url(url)!r}: the database must be a number")
     if query.get("cluster", "false").lower() not in CLUSTER_WORDS:
         raise ValueError(f"remote URL {safe_url(url)!r}: cluster must be true or false")
     if query.get("protocol", "2") not in ("2", "3"):
         raise ValueError(f"remote URL {safe_url(url)!r}: protocol must be 2 or 3")
+    refused = sorted(_LIBRARY_OPTIONS.intersection(query))
+    if refused:
+        raise ValueError(
+            f"remote URL {safe_url(url)!r}: {', '.join(refused)} not taken (the wait is"
+            " remote_timeout; a command is never sent twice, so no write is applied twice)"
+        )
     return url
 
 

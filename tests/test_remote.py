@@ -279,6 +279,28 @@ def test_bad_urls_fail_at_construction(tmp_path):
         Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", max_staleness=-1)
 
 
+@pytest.mark.parametrize("url, named", [
+    # '²'.isdigit() holds, int('²') fails: redis-py quietly used database 0.
+    ("redis://127.0.0.1:1/\u00b2", "the database must be a number"),
+    # redis-py would resend a timed-out write: an add that stored its item reported it lost,
+    # and a pop lost its item; a socket timeout in the URL overrode remote_timeout.
+    ("redis://127.0.0.1:1/0?retry_on_timeout=true", "retry_on_timeout"),
+    ("redis://127.0.0.1:1/0?socket_timeout=0.05", "socket_timeout"),
+    ("redis://127.0.0.1:1/0?socket_connect_timeout=1", "socket_connect_timeout"),
+])
+def test_urls_redis_py_would_read_otherwise_are_refused(tmp_path, url, named):
+    with pytest.raises(ValueError, match=named):
+        Cache(str(tmp_path / "c"), remote=url)
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("option", ["remote_timeout", "max_staleness"])
+def test_a_wait_beyond_what_a_socket_takes_is_refused_naming_it(tmp_path, option):
+    # 1e10 passed, then the first command raised OverflowError naming no setting.
+    with pytest.raises(ValueError, match=option):
+        Cache(str(tmp_path / "c"), remote="redis://127.0.0.1:1/0", **{option: 1e10})
+
+
 @pytest.fixture(scope="module")
 def transports_server():
     with RedisTestServer(transports=True) as running:
