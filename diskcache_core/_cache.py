@@ -170,7 +170,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                 try:
                     execute = self._local.read  # Store.read, inline: the hot path
                 except AttributeError:
-                    execute = self._store.state(retry).read
+                    execute = self._store.reader(retry).read
                 rows = execute(statement, params).fetchall()
             except sqlite3.Error as exc:
                 rows = self._store.retry_read(exc, statement, params, retry)

@@ -46,6 +46,10 @@ WAL_SIZE_LIMIT = 2**23
 # Seconds between a thread's looks that its connection's database file is still the cache's
 # (one stat, before a write): a removed directory is followed within this.
 RECHECK_INTERVAL = 0.1
+# Seconds at least that a read opening its thread's connection waits for a lock (another
+# process's WAL recovery, or the checkpoint its last connection makes at close): never a false
+# miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
+OPEN_WAIT = 60.0
 _UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
 __all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
@@ -169,10 +173,11 @@ class ConnectionPool:
         return sqlite3.connect(self.path, timeout=wait, isolation_level=None,
                                check_same_thread=False)
 
-    def state(self, retry: bool = False) -> ThreadState:
+    def state(self, retry: bool = False, wait: float | None = None) -> ThreadState:
         """This thread's state, opening its connection on first use. Opening waits the cache's
-        timeout while the database is locked (another process's WAL recovery), and again and
-        again with `retry`."""
+        timeout (`wait`, for a read) while the database is locked (another process's WAL
+        recovery, or its last connection's checkpoint at close), and again and again with
+        `retry`."""
         try:
             current: ThreadState = self.local.state
             return current
@@ -180,7 +185,7 @@ class ConnectionPool:
             pass
         while True:
             try:
-                state = self._open_state()
+                state = self._open_state(self.timeout if wait is None else wait)
                 break
             except sqlite3.Error as exc:
                 if not (retry and is_busy(exc)):
@@ -193,7 +198,7 @@ class ConnectionPool:
         self.local.read = state.read
         return state
 
-    def _open_state(self) -> ThreadState:
+    def _open_state(self, wait: float) -> ThreadState:
         if self.read_only:
             state = ThreadState(sqlite3.connect(":memory:", check_same_thread=False),
                                 threading.current_thread())  # stands in: never written
@@ -205,7 +210,7 @@ class ConnectionPool:
         refuse_special_file(self.path)  # never a planted link, even swapped in while open
         if self.recreate is not None and not op.exists(self.path):
             self.recreate()  # the directory was removed while open: the cache goes on, empty
-        con = self.connect()  # the setup below waits out another process's WAL recovery
+        con = self.connect(timeout=wait)  # the setup below may find the database busy
         try:
             # The checkpoint thread copies the WAL as it grows; a writer does it only past this
             # (``sqlite_wal_autocheckpoint``, applied next, overrides it).
@@ -226,8 +231,7 @@ class ConnectionPool:
             con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
-            if self.busy_wait != self.timeout:
-                con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
+            con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
             state.identity = self._database_file()
             state.recheck_at = time.monotonic() + RECHECK_INTERVAL
         except BaseException:

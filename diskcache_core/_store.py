@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
-from ._connections import NO_VALUE, RECHECK_INTERVAL, ConnectionPool, ThreadState
+from ._connections import NO_VALUE, OPEN_WAIT, RECHECK_INTERVAL, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import DatabaseError, is_busy, is_readonly_rollback, translate_sqlite_error
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
@@ -88,13 +88,17 @@ class Store:
         if handoff is not None:
             pool.busy_wait = 0.0
 
-    def state(self, retry: bool = False) -> ThreadState:
+    def state(self, retry: bool = False, wait: float | None = None) -> ThreadState:
         """This thread's connection state (opened on first use; see `ConnectionPool.state`)."""
         try:
             state: ThreadState = self.local.state
             return state
         except AttributeError:
-            return self.pool.state(retry)
+            return self.pool.state(retry, wait)
+
+    def reader(self, retry: bool = False) -> ThreadState:
+        """This thread's state for a read: opening it waits out a closing process's checkpoint."""
+        return self.state(retry, max(self.timeout, OPEN_WAIT))
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -103,7 +107,7 @@ class Store:
         try:
             execute = self.local.read
         except AttributeError:
-            execute = self.pool.state().read
+            execute = self.reader().read
         try:
             rows: list[Any] = execute(statement, params).fetchall()
             return rows
@@ -117,7 +121,7 @@ class Store:
         this one was closed; again while busy, until the timeout unless `retry`)."""
         if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
             # Another thread's close() closed this connection under us: read on a new one.
-            rows: list[Any] = self.pool.state().execute(statement, params).fetchall()
+            rows: list[Any] = self.reader().execute(statement, params).fetchall()
             return rows
         deadline = time.monotonic() + self.timeout
         while (is_busy(exc) or is_readonly_rollback(exc)) and (

@@ -242,3 +242,39 @@ def test_processes_and_threads_share_a_cache(cache_dir):
     finally:
         cache.close()
 
+
+
+def write_batches_and_close(directory: str, batches: int) -> None:
+    """Another process's job: write a batch, close (its last connection checkpoints), again."""
+    cache = dc.FanoutCache(directory, shards=1)
+    for _ in range(batches):
+        with cache.transact():
+            for number in range(100):
+                cache.set(number, 'x' * 3000)
+        cache.close()
+
+
+def test_a_read_on_a_new_connection_waits_out_a_closing_processs_checkpoint(tmp_path):
+    # A thread's first read opens its connection, whose pragmas met the lock another
+    # process's last close holds while it checkpoints: with a 10 ms timeout the get gave up
+    # and a FanoutCache returned the default for a key that was there (a Cache raised Timeout).
+    directory = str(tmp_path / 'c')
+    cache = dc.FanoutCache(directory, shards=1, timeout=0.010, memory_size_limit=0)
+    cache.set('k', 'v')
+    writer = SPAWN.Process(target=write_batches_and_close, args=(directory, 300))
+    writer.start()
+    reads, wrong = 0, []
+    try:
+        while writer.is_alive() or reads < 200:  # for as long as the writer runs (a count)
+            got = cache.get('k', 'MISS')
+            if got != 'v':
+                wrong.append(got)
+            cache.close()  # the next read opens a new connection
+            reads += 1
+        writer.join(120)
+        assert writer.exitcode == 0
+    finally:
+        if writer.is_alive():
+            writer.kill()
+        cache.close()
+    assert wrong == []
