@@ -814,6 +814,14 @@ def test_a_value_too_large_for_its_shard_is_not_cached_and_nothing_raises(make_b
     assert backend.add("page", big, 1000) is False and backend.get("page") is None
     assert backend.set_many({"a": 1, "big": big, "pickled": [big]}, 1000) == ["big", "pickled"]
     assert backend.get_many(["a", "big", "pickled"]) == {"a": 1}
+    calls = []
+
+    @backend.memoize()
+    def report():  # (its result was lost: every call raised ItemTooLargeError)
+        calls.append(1)
+        return big
+
+    assert report() == big and report() == big and len(calls) == 2  # computed, never cached
 
 
 @pytest.mark.parametrize("cull_frequency, left, last_cull", [(3, 29, 41), (0, 19, 31), (2, 19, 46)])

@@ -84,9 +84,12 @@ class _VersionedKeys:
     def set(self, key: str, value: Any, expire: float | None = None, tag: Any = None,
             retry: bool = False) -> bool:
         backend = self._backend
-        return backend.fanout.set(
-            backend.make_key(key, self._version), value, expire, tag=tag, retry=retry
-        )
+        full_key = backend.make_key(key, self._version)
+        try:
+            return backend.fanout.set(full_key, value, expire, tag=tag, retry=retry)
+        except ItemTooLargeError:  # not cached, as DjangoCache.set: a memoized call still returns
+            backend.fanout.delete(full_key, retry=retry)
+            return False
 
 
 class DjangoCache(BaseCache):  # Django ships no type information: see pyproject's mypy section
