@@ -151,6 +151,8 @@ def open_shards(
     try:
         for shard_directory in find_shard_directories(directory):
             shards.append(Cache(shard_directory, timeout=timeout, disk=disk, **code_only))
+            # A directory removed while the command runs is an error here, not made anew.
+            shards[-1]._store.pool.recreate = None
     except BaseException:
         for shard in shards:
             shard.close()

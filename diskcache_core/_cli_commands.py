@@ -8,8 +8,11 @@ Commands work across every shard of a FanoutCache directory: a keyed command tri
 from __future__ import annotations
 
 import argparse
+import json
+import pickle
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
@@ -25,7 +28,8 @@ from ._cli_caches import (
     settings_of_all,
 )
 from ._cli_output import Output, human_size, plain, present_key, tagged
-from ._disk import ENOVAL
+from ._disk import ENOVAL, JSONDisk
+from ._errors import DiskCacheError
 from ._settings import validate_setting
 from ._shards import split_evenly
 
@@ -135,7 +139,7 @@ def cmd_check(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
     """`Cache.check` on every shard; status 1 when problems were found and not fixed."""
     problems = []
     for shard in shards:
-        for found in shard.check(fix=args.fix, retry=True):
+        for found in shard.check(fix=args.fix):
             problems.append({"category": found.category.__name__, "message": str(found.message)})
     if out.as_json:
         out.json({"problems": problems, "fixed": bool(args.fix and problems)})
@@ -177,14 +181,19 @@ def cmd_get(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """The value under KEY (its bytes with ``--raw``); status 1 when missing."""
     key = parse_typed(args.key, args.key_type, "key")
     for shard in shards:
-        if args.raw:
-            handle = shard.get(key, ENOVAL, read=True)
+        # A JSONDisk's file objects hold what it stored (compressed JSON), not the value.
+        if args.raw and not isinstance(shard.disk, JSONDisk):
+            handle = _read_value(key, lambda: shard.get(key, ENOVAL, read=True))
             if handle is ENOVAL:
                 continue
             return _write_raw(handle)
-        value, expire_time, tag = shard.get(key, ENOVAL, expire_time=True, tag=True)
+        value, expire_time, tag = _read_value(
+            key, lambda: shard.get(key, ENOVAL, expire_time=True, tag=True)
+        )
         if value is ENOVAL:
             continue
+        if args.raw:
+            return _write_raw(value)
         if out.as_json:
             out.json(
                 {"key": tagged(key), "found": True, "value": tagged(value),
@@ -197,6 +206,18 @@ def cmd_get(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
         out.json({"key": tagged(key), "found": False})
     print(f"key not found: {key!r}", file=sys.stderr)
     return EXIT_NOT_FOUND
+
+
+def _read_value(key: Any, read: Callable[[], Any]) -> Any:
+    """`read`'s result; CommandError (status 3) naming the key where its value cannot be decoded
+    here (a class this shell cannot import, a damaged pickle, a truncated stream)."""
+    try:
+        return read()
+    except DiskCacheError:
+        raise  # (UnsafePickleError too: main explains how to allow the type)
+    except (pickle.UnpicklingError, ImportError, AttributeError, EOFError, zlib.error,
+            UnicodeDecodeError, json.JSONDecodeError, IndexError, KeyError) as exc:
+        raise CommandError(f"cannot read the value of {key!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def _write_raw(value: Any) -> int:
@@ -224,7 +245,7 @@ def cmd_delete(args: argparse.Namespace, shards: list[Cache], out: Output) -> in
     key = parse_typed(args.key, args.key_type, "key")
     deleted = False
     for shard in shards:
-        deleted = shard.delete(key, retry=True) or deleted
+        deleted = shard.delete(key) or deleted
     if out.as_json:
         out.json({"key": tagged(key), "deleted": deleted})
     elif deleted:
@@ -246,14 +267,14 @@ def _report_removed(out: Output, removed: int, document: dict[str, Any], text: s
 
 def cmd_expire(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """Remove expired items."""
-    removed = sum(shard.expire(retry=True) for shard in shards)
+    removed = sum(shard.expire() for shard in shards)
     return _report_removed(out, removed, {}, "removed {removed} expired item(s)")
 
 
 def cmd_evict(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """Remove the items tagged TAG."""
     tag = parse_typed(args.tag, args.tag_type, "tag")
-    removed = sum(shard.evict(tag, retry=True) for shard in shards)
+    removed = sum(shard.evict(tag) for shard in shards)
     return _report_removed(
         out, removed, {"tag": tagged(tag)}, f"removed {{removed}} item(s) tagged {tag!r}"
     )
@@ -273,7 +294,7 @@ def cmd_clear(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
         if answer not in ("y", "yes"):
             print("not cleared", file=sys.stderr)
             return EXIT_NOT_FOUND
-    removed = sum(shard.clear(retry=True) for shard in shards)
+    removed = sum(shard.clear() for shard in shards)
     return _report_removed(out, removed, {}, "removed {removed} item(s)")
 
 

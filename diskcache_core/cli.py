@@ -39,7 +39,7 @@ from ._cli_commands import (
 )
 from ._cli_output import Output
 from ._disk import Disk, JSONDisk
-from ._errors import DiskCacheError, UnsafePickleError
+from ._errors import DiskCacheError, Timeout, UnsafePickleError
 from ._safedisk import SafeDisk
 
 __all__ = [
@@ -204,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"diskcache-core: {exc}", file=sys.stderr)
         return exc.code
     except DiskCacheError as exc:
+        if isinstance(exc, Timeout):  # (a bulk removal's first argument: items removed before)
+            removed = exc.args[0] if exc.args and type(exc.args[0]) is int else None
+            done = "" if removed is None else f", after removing {removed} item(s)"
+            exc = Timeout(f"the database stayed locked past --timeout {args.timeout:g} s{done}")
         print(f"diskcache-core: {type(exc).__name__}: {exc}", file=sys.stderr)
         if isinstance(exc, UnsafePickleError):
             _explain_refusal(exc)

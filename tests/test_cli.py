@@ -670,3 +670,46 @@ def test_output_the_terminal_cannot_encode_is_a_message_not_a_traceback(cache_pa
                             capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == cli.EXIT_USAGE and 'PYTHONIOENCODING' in result.stderr
     assert 'Traceback' not in result.stderr
+
+
+def test_changing_commands_give_up_after_the_timeout_while_the_cache_is_locked(cache_path):
+    # They retried without end, silently, whatever --timeout said.
+    holder = sqlite3.connect(str(cache_path / 'cache.db'), isolation_level=None)
+    holder.execute('BEGIN IMMEDIATE')  # another process is writing
+    try:
+        for command in (['delete', cache_path, 'text'], ['expire', cache_path],
+                        ['evict', cache_path, 'greeting'], ['clear', cache_path, '--yes'],
+                        ['check', cache_path, '--fix']):
+            result = run('--timeout', '0.2', *command)
+            assert result.returncode == 3, (command, result.stderr)
+            assert 'Timeout: the database stayed locked past --timeout 0.2 s' in result.stderr
+    finally:
+        holder.execute('ROLLBACK')
+        holder.close()
+    assert run('get', cache_path, 'text').stdout == 'hello\n'  # nothing was changed
+
+
+def test_get_of_a_value_this_shell_cannot_decode_names_it_in_one_line(tmp_path):
+    directory = tmp_path / 'c'
+    with dc.Cache(directory) as cache:
+        cache.set('damaged', [1, 2])
+    with sqlite3.connect(str(directory / 'cache.db')) as con:
+        con.execute("UPDATE Cache SET value = X'800563' WHERE key = 'damaged'")
+    con.close()
+    for disk in ('safe', 'pickle'):
+        result = run('get', directory, 'damaged', '--disk', disk)
+        assert result.returncode == 3 and 'Traceback' not in result.stderr, result.stderr
+        assert "cannot read the value of 'damaged': UnpicklingError" in result.stderr
+
+
+def test_get_raw_of_a_jsondisk_cache_writes_the_value_not_its_stored_form(tmp_path):
+    # It wrote JSONDisk's zlib-compressed storage bytes, with status 0.
+    directory = tmp_path / 'c'
+    with dc.Cache(directory, disk=dc.JSONDisk) as cache:
+        cache.set('text', 'hello')
+        cache.set('big', 'y' * 100_000)
+        cache.set('object', {'a': 1})
+    assert run('get', directory, 'text', '--disk', 'json', '--raw').stdout == 'hello'
+    assert run('get', directory, 'big', '--disk', 'json', '--raw').stdout == 'y' * 100_000
+    result = run('get', directory, 'object', '--disk', 'json', '--raw')
+    assert result.returncode == 2 and '--raw needs a bytes or str value, not dict' in result.stderr
