@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from ._cache import Cache
 from ._dbfile import in_wal_mode
 from ._disk import ENOVAL, Disk
-from ._errors import DiskCacheError
+from ._errors import DatabaseError, DiskCacheError, is_busy
 from ._safedisk import SafeDisk
 from ._schema import (
     setting_name,
@@ -86,7 +86,9 @@ def _is_cache_database(path: str) -> bool:
         return False
     try:
         names = {row[0] for row in con.execute(CLI_TABLE_NAMES)}
-    except sqlite3.Error:
+    except sqlite3.Error as exc:
+        if is_busy(exc):  # a cache in a rollback-journal mode, written now: not "no cache"
+            raise DatabaseError(f"{path!r} stayed locked by a writer: {exc}") from exc
         return False
     finally:
         con.close()

@@ -39,6 +39,7 @@ from ._cli_commands import (
 )
 from ._cli_output import Output
 from ._disk import Disk, JSONDisk
+from ._arguments import check_timeout
 from ._errors import DiskCacheError, Timeout, UnsafePickleError
 from ._safedisk import SafeDisk
 
@@ -106,8 +107,16 @@ def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:
                         dest="allow_type" if top else "allow_type_after", default=default([]),
                         help="with --disk safe, also unpickle instances of this class (SafeDisk's "
                         "disk_allowed_types); repeat for several classes")
-    parser.add_argument("--timeout", type=float, default=default(60.0), metavar="SECONDS",
+    parser.add_argument("--timeout", type=_timeout, default=default(60.0), metavar="SECONDS",
                         help="how long a write waits for the database lock (default 60)")
+
+
+def _timeout(text: str) -> float:
+    """``--timeout``'s value, checked as Cache checks it: a usage error (status 2) if refused."""
+    try:
+        return check_timeout(float(text))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_typed(parser: argparse.ArgumentParser, name: str, what: str) -> None:

@@ -713,3 +713,25 @@ def test_get_raw_of_a_jsondisk_cache_writes_the_value_not_its_stored_form(tmp_pa
     assert run('get', directory, 'big', '--disk', 'json', '--raw').stdout == 'y' * 100_000
     result = run('get', directory, 'object', '--disk', 'json', '--raw')
     assert result.returncode == 2 and '--raw needs a bytes or str value, not dict' in result.stderr
+
+
+@pytest.mark.parametrize('timeout', ['-1', 'nan', 'inf', '1e308', 'abc'])
+def test_a_timeout_the_cache_would_refuse_is_a_usage_error(cache_path, timeout):
+    result = run('--timeout', timeout, 'stats', cache_path)
+    assert result.returncode == 2 and '--timeout' in result.stderr
+
+
+def test_a_rollback_journal_cache_locked_by_a_writer_is_not_called_no_cache(tmp_path):
+    # It said "cache.db is not a cache database" (status 2): someone might delete it.
+    directory = tmp_path / 'c'
+    with dc.Cache(directory, sqlite_journal_mode='delete') as cache:
+        cache.set('a', 1)
+    holder = sqlite3.connect(str(directory / 'cache.db'), isolation_level=None)
+    holder.execute('BEGIN EXCLUSIVE')
+    try:
+        result = run('stats', directory)
+    finally:
+        holder.execute('ROLLBACK')
+        holder.close()
+    assert result.returncode == 3 and 'stayed locked by a writer' in result.stderr
+    assert run('get', directory, 'a').stdout == '1\n'
