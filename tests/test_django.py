@@ -798,6 +798,13 @@ def test_an_add_of_a_present_key_culls_nothing_and_keeps_its_value(make_backend,
     }
 
 
+def test_max_entries_and_cull_frequency_written_as_text_are_taken_as_django_takes_them(make_backend):
+    backend = make_backend(OPTIONS={"MAX_ENTRIES": "10", "CULL_FREQUENCY": "2"})
+    for number in range(30):
+        backend.set(f"k{number}", number, 1000)
+    assert len(backend.fanout) <= 10
+
+
 def test_set_many_keeps_within_max_entries(make_backend):
     backend = make_backend(OPTIONS={"MAX_ENTRIES": 10})
     assert backend.set_many({f"k{number}": number for number in range(100)}, 1000) == []

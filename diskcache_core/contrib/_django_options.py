@@ -28,8 +28,8 @@ class EntryLimit:
     """
 
     def __init__(self, options: dict[str, Any]) -> None:
-        max_entries = options.pop("MAX_ENTRIES", None)
-        cull_frequency = options.pop("CULL_FREQUENCY", 3)
+        max_entries = _whole(options.pop("MAX_ENTRIES", None))
+        cull_frequency = _whole(options.pop("CULL_FREQUENCY", 3))
         if max_entries is not None and (type(max_entries) is not int or max_entries < 1):
             raise ImproperlyConfigured(
                 f"OPTIONS['MAX_ENTRIES'] must be an int >= 1, not {max_entries!r}"
@@ -99,3 +99,10 @@ def location(directory: Any) -> str:
     except TypeError:
         raise ImproperlyConfigured(f"LOCATION must be a path, not {directory!r}") from None
     return os.path.abspath(os.path.expandvars(os.path.expanduser(path)))
+
+
+def _whole(value: Any) -> Any:
+    """An int written as text (``"300"``, as Django's own backends take it) as that int."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and value.isascii():
+        return int(value)
+    return value
