@@ -215,7 +215,7 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         measured when it is serialized, and refused then if too large.
         """
         if type(value) in (bytes, str):
-            check_share(len(value), self._place(key))
+            check_share(len(value), self._place(key).size_limit)
 
     def _on_shard(self, gave_up: R, method: str, key: Any, /, *args: Any) -> R:
         """`method` of `key`'s shard; `gave_up` when the shard stayed busy.

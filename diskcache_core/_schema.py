@@ -315,9 +315,6 @@ SELECT_FILES = "SELECT rowid, size, filename FROM Cache WHERE filename IS NOT NU
 COUNT = "SELECT COUNT(*) FROM Cache"
 # len() where the count triggers are known to exist (see _COUNT_TRIGGERS).
 STORED_COUNT = "SELECT value FROM Settings WHERE key = 'count'"
-# Pages with no item (the schema's, a pointer map's, a root per table and index), page size.
-EMPTY_PAGES = ("SELECT COUNT(*) + 1 + ((SELECT auto_vacuum FROM pragma_auto_vacuum()) > 0),"
-               " (SELECT page_size FROM pragma_page_size()) FROM sqlite_master WHERE rootpage > 0")
 VOLUME = (
     "SELECT (SELECT page_count FROM pragma_page_count())"
     " - (SELECT freelist_count FROM pragma_freelist_count()),"

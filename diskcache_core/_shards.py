@@ -43,29 +43,13 @@ def memory_shares(total: int, shards: int) -> list[int]:
     return split_evenly(total, shards)
 
 
-_EMPTY_VOLUME: "weakref.WeakKeyDictionary[Cache, int]" = weakref.WeakKeyDictionary()
-
-
-def check_share(size: int, shard: Cache) -> None:
-    """The shard size rule: an item of `size` bytes must fit in `shard`, else ValueError (a
-    shard holds ``size_limit / shards``, and its size check would evict a larger item at once).
-    Its room is its size limit less what its database takes with no item (its tables' and
-    indexes' first pages, counted by the size check too)."""
-    empty = _EMPTY_VOLUME.get(shard)
-    if empty is None:
-        pages, page_size = shard._store.read(sql.EMPTY_PAGES)[0]
-        empty = _EMPTY_VOLUME[shard] = pages * page_size
-    limit = shard.size_limit
+def check_share(size: int, limit: int) -> None:
+    """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
+    ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
     if size > limit:
         raise ItemTooLargeError(
             f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
             "(FanoutCache splits size_limit evenly over its shards)"
-        )
-    if limit > empty and size > limit - empty:  # (a share below that keeps nothing for long)
-        raise ItemTooLargeError(
-            f"item of {size} bytes exceeds the room in its shard: its size limit of {limit}"
-            f" bytes less {empty} for its database (FanoutCache splits size_limit evenly over"
-            " its shards)"
         )
 
 
@@ -91,7 +75,7 @@ def _store_within_share(shard: Cache) -> None:
         cache = owner()
         if cache is not None:
             try:
-                check_share(size, cache)
+                check_share(size, cache.size_limit)
             except ValueError:
                 if filename is not None:
                     remove(filename)

@@ -771,17 +771,3 @@ def test_reset_reads_totals_as_the_sum_over_the_shards(tmp_path):
     assert cache.reset('size_limit', 2.0**30) == 2**30 and type(cache.reset('size_limit')) is int
     assert cache.reset('cull_limit') == 10  # a setting: every shard's (the first one's)
     cache.close()
-
-
-def test_an_item_that_fits_the_share_but_not_beside_the_empty_database_is_refused(tmp_path):
-    # The size check counts the shard's database pages too (32 KiB with no item): an item
-    # between share - 32 KiB and the share was acknowledged and evicted at once.
-    cache = FanoutCache(str(tmp_path / 'c'), shards=8, size_limit=2**20)  # 128 KiB shares
-    shard = cache.shard_for('v')
-    empty = shard.volume()
-    room = shard.size_limit - empty
-    with pytest.raises(ValueError, match='exceeds the room in its shard'):
-        cache.set('v', b'x' * (room + 1))
-    assert cache.set('v', b'x' * room) is True
-    assert cache.get('v') == b'x' * room  # it stays
-    cache.close()
