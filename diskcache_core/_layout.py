@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "bind_layout", "crc32", "hashes_text_inline",
-    "placement", "guard_shard", "placement_hash", "proportional_shares", "read_layout",
+    "guard_shard", "placement", "placement_hash", "proportional_shares", "read_layout",
     "shard_name",
 ]  # fmt: skip
 
@@ -185,7 +185,7 @@ def read_layout(directory: str, shards: int) -> str:
                 ) from None
             return _HASH_PEER
         try:
-            recorded = _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC})
+            recorded = _record_layout(path, _our_layout(shards))
         except OSError as exc:  # a full disk says so (DiskFullError)
             raise storage_error(exc, f"the shard layout {path!r}") from exc
         if recorded:
@@ -201,6 +201,11 @@ def read_layout(directory: str, shards: int) -> str:
             f"opening it with shards={shards} would misplace every key"
         )
     return str(layout["hash"])
+
+
+def _our_layout(shards: int) -> dict[str, Any]:
+    """The layout file's content (and shard 0's copy) for a directory this library lays out."""
+    return {"format": 1, "shards": shards, "hash": _HASH_CRC}
 
 
 def _marked_layout(directory: str) -> dict[str, Any] | None:
@@ -241,7 +246,7 @@ def bind_layout(directory: str, layout: str, shards: Sequence[Cache]) -> None:
         return
     try:
         if not store.read(SELECT_SETTING, (_MARK_ROW,)):
-            text = json.dumps({"format": 1, "shards": len(shards), "hash": _HASH_CRC})
+            text = json.dumps(_our_layout(len(shards)))
             with store.transaction(retry=True) as state:
                 state.execute(INSERT_SETTING_ONCE, (_MARK_ROW, text))
     except DiskCacheError:
@@ -257,7 +262,7 @@ def guard_shard(directory: str, shards: int, layout: str, number: int) -> None:
         make_private_dirs(directory)
         if layout == _HASH_CRC:
             path = op.join(directory, LAYOUT_FILE)
-            _record_layout(path, {"format": 1, "shards": shards, "hash": _HASH_CRC})
+            _record_layout(path, _our_layout(shards))
     open_subdirectory(directory, name)
 
 
