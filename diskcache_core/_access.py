@@ -72,20 +72,8 @@ class AccessLog:
         before, or has grown large enough to write early."""
         if not hit and not self.statistics:
             return False  # nothing to record: a flush must not be marked as arranged
-        pending = self.pending
-        if hit:
-            if self.read_column == "access_time":
-                pending[(db_key, raw)] = now
-            elif self.read_column == "access_count":
-                key = (db_key, raw)
-                with self._lock:
-                    counted = pending.get(key)
-                    if counted is None:
-                        pending[key] = [1, now]  # reads, and the time of the first
-                    else:
-                        counted[0] += 1
-            elif self.read_column is not None:  # a user-added policy: its time of latest read
-                pending[(db_key, raw)] = now
+        if hit and self.read_column is not None:
+            self._note_use(db_key, raw, now)
         if self.statistics:
             with self._lock:
                 if hit:
@@ -93,6 +81,27 @@ class AccessLog:
                 else:
                     self.misses += 1
         return self.needs_schedule()
+
+    def used(self, db_key: Any, raw: Any, now: float) -> bool:
+        """Note a use that is not a get (an incr: python-diskcache applies the policy's read
+        refresh there too), not counted as a hit; True as `record`."""
+        if self.read_column is None:
+            return False
+        self._note_use(db_key, raw, now)
+        return self.needs_schedule()
+
+    def _note_use(self, db_key: Any, raw: Any, now: float) -> None:
+        pending = self.pending
+        if self.read_column == "access_count":
+            key = (db_key, raw)
+            with self._lock:
+                counted = pending.get(key)
+                if counted is None:
+                    pending[key] = [1, now]  # reads, and the time of the first
+                else:
+                    counted[0] += 1
+        else:  # access_time, or a user-added policy's: the time of the latest read
+            pending[(db_key, raw)] = now
 
     def stored(self, db_key: Any, raw: Any, now: float) -> Any:
         """Note a write's store/access time; return what was pending for the key before

@@ -56,15 +56,8 @@ class Cache(CacheBase, AsyncCacheMixin):
     """
 
     def memoize(
-        self,
-        name: str | None = None,
-        typed: bool = False,
-        expire: float | None = None,
-        tag: Any = None,
-        ignore: Any = (),
-        *,
-        key: Any = None,
-        should_cache: Any = None,
+        self, name: str | None = None, typed: bool = False, expire: float | None = None,
+        tag: Any = None, ignore: Any = (), *, key: Any = None, should_cache: Any = None,
     ) -> MemoizeDecorator:
         """Decorator: remember the function's results in this cache, keyed by its arguments.
 
@@ -183,7 +176,9 @@ class Cache(CacheBase, AsyncCacheMixin):
             if statement is _SELECT_VALUE:
                 mode, filename, db_value = row
             elif statement is _SELECT_VALUE_EXPIRY:
-                mode, filename, db_value, db_expire = row
+                mode, filename, db_value, db_expire, lapsed = row
+                if lapsed:  # an expired row (this statement selects those too)
+                    break
             else:
                 mode, filename, db_value, db_expire, db_tag = row
             if mode == MODE_RAW and self._plain_fetch and not read:
@@ -212,8 +207,9 @@ class Cache(CacheBase, AsyncCacheMixin):
             return value
         if type(db_key) is float:
             check_key(db_key)  # NaN: a key no write accepts
-        if fill is not None:
-            memory.finish_fill_absent(fill, db_key, raw)  # type: ignore[union-attr]
+        if fill is not None:  # absence is kept only where no row is, not even an expired one
+            known = statement is _SELECT_VALUE_EXPIRY and not rows
+            memory.finish_fill_absent(fill, db_key, raw, known)  # type: ignore[union-attr]
         if self._evictor.tracks_reads:
             self._evictor.note_read(db_key, raw, False, now)
         if expire_time or tag:
@@ -314,6 +310,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
         before = evictor.note_write(db_key, raw, now) if refresh else None
+        if evictor.read_counts:  # least-frequently-used: the check spares the key (see there)
+            evictor.writing.key = (db_key, raw)
         try:
             count, published = store.write(
                 statement, params, retry, filename,
@@ -375,6 +373,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             raise
         if refresh:
             evictor.wrote(*stored_as, before, store.inserted())
+        elif evictor.access.read_column is not None:  # least-frequently-used: a use
+            evictor.note_use(*stored_as, time.time())
         return result
 
     def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:

@@ -10,6 +10,7 @@ keys per transaction.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -29,6 +30,20 @@ _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock ho
 # written at once held the write lock for 20-40 ms, and every writer of the cache waited.
 _FLUSH_BATCH = 256
 _FREE_PAGES_BATCH = 1024  # free pages returned per transaction after bulk removals
+# The size check's victims under a built-in policy, never the item a write of this thread has
+# just stored, which its own check must not evict: ?2 the row its connection inserted last, ?3
+# and ?4 the key a set (or add) wrote last, where it overwrote one. Under least-frequently-used
+# a new row has the fewest reads of all (an overwrite keeps its count); under the others it is
+# the newest anyway.
+_SPARED = " WHERE rowid IS NOT ?2 AND NOT (key IS ?3 AND raw IS ?4) ORDER BY"
+_SPARING_DELETE = {
+    name: "DELETE FROM Cache WHERE rowid IN ("
+    + policy.cull.replace(" ORDER BY", _SPARED).replace("LIMIT ?", "LIMIT ?1")
+    + ")"
+    for name, policy in sql.POLICIES.items()
+    if policy.cull is not None
+}
+_LAST_INSERT = "SELECT last_insert_rowid()"
 
 
 class Evictor:
@@ -40,6 +55,9 @@ class Evictor:
         self.access = AccessLog(settings.eviction_policy, settings.statistics)
         self.tracks_reads = self.access.tracks_reads  # whether a get must note anything
         self.tracks_writes = self.access.tracks_writes
+        # Under least-frequently-used, the key each thread's latest set wrote (see check_size).
+        self.read_counts = self.access.read_column == "access_count"
+        self.writing = threading.local()
         store.size_check = self.check_size
         self.set_size_limit(settings.size_limit)
 
@@ -52,6 +70,7 @@ class Evictor:
         self.access.set_policy(self.settings.eviction_policy)
         self.tracks_reads = self.access.tracks_reads
         self.tracks_writes = self.access.tracks_writes
+        self.read_counts = self.access.read_column == "access_count"
 
     def set_statistics(self, value: int) -> None:
         self.settings.statistics = value
@@ -79,6 +98,11 @@ class Evictor:
     def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None:
         """A get found (or missed) `db_key` (call only when `tracks_reads`)."""
         if self.access.record(db_key, raw, hit, now):
+            schedule_flush(self)
+
+    def note_use(self, db_key: Any, raw: Any, now: float) -> None:
+        """An incr changed `db_key`: a use of it, as a read is, to the policy (not a hit)."""
+        if self.access.used(db_key, raw, now):
             schedule_flush(self)
 
     def note_write(self, db_key: Any, raw: Any, now: float) -> Any:
@@ -244,8 +268,14 @@ class Evictor:
         store.unchecked = 0
         if cull_limit == 0:
             return
+        access = self.access
+        # Held to the commit, as a flush holds it (so stats() never sees a batch counted nowhere);
+        # not waited for: a flush under way writes the reads itself.
+        flushing = access.flushing.acquire(blocking=False)
+        batch = None
         try:
             with store.transaction() as state:
+                written = state.execute(_LAST_INSERT).fetchone()[0]  # (no statement below sets it)
                 state.execute(sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit)))
                 delete = sql.delete_by_policy(settings.eviction_policy)
                 if delete is None:
@@ -253,19 +283,30 @@ class Evictor:
                 volume = self._volume(state)
                 over = volume > settings.size_limit
                 if over:
-                    batch = self.access.take()
-                    self.access.write(state.con, batch)
-                    over = self._evict_until_within(state, delete, volume, budget)
-        except Timeout:
-            return  # busy: the write itself succeeded; check again on a later write
+                    if flushing:
+                        batch = access.take()
+                        access.write(state.con, batch)
+                    sparing = _SPARING_DELETE.get(settings.eviction_policy)
+                    spared = (written, *getattr(self.writing, "key", (None, None)))
+                    victims = (delete, ()) if sparing is None else (sparing, spared)
+                    over = self._evict_until_within(state, victims, volume, budget)
+        except BaseException as exc:
+            if batch is not None:  # not written: it goes out with the next flush
+                access.give_back(batch)
+            if isinstance(exc, Timeout):
+                return  # busy: the write itself succeeded; check again on a later write
+            raise
+        finally:
+            if flushing:
+                access.flushing.release()
         if over:
             store.unchecked = store.check_every  # still over: check again on the next write
 
     def _evict_until_within(
-        self, state: ThreadState, delete: str, volume: int, budget: int
+        self, state: ThreadState, victims: tuple[str, tuple[Any, ...]], volume: int, budget: int
     ) -> bool:
-        """Evict victims in policy order, stopping as soon as the volume is within size_limit;
-        True while still over.
+        """Evict victims in policy order (`victims`: the DELETE, and its parameters after the
+        count), stopping as soon as the volume is within size_limit; True while still over.
 
         One victim first; while removals lower the volume, as many average rows as the
         overshoot (so a small cache — a FanoutCache shard holds a fraction of the limit — does not
@@ -279,10 +320,11 @@ class Evictor:
         """
         cull_limit, size_limit = self.settings.cull_limit, self.settings.size_limit
         limit = max(cull_limit, budget)
+        delete, spared = victims
         removed = 0
         step = 1
         while removed < limit:
-            count = state.execute(delete, (step,)).rowcount
+            count = state.execute(delete, (step, *spared)).rowcount
             if count <= 0:
                 break
             removed += count

@@ -347,9 +347,9 @@ class MemoryTier:
                 return
         self.discard(fill.map_key)
 
-    def finish_fill_absent(self, fill: Fill, db_key: Any, raw: Any) -> None:
-        """After the SELECT found no live item: keep that the key is absent."""
-        if fill.version is None:
+    def finish_fill_absent(self, fill: Fill, db_key: Any, raw: Any, known: bool) -> None:
+        """No live item: keep that, if `known` to have no row (an expired one may live again)."""
+        if fill.version is None or not known:
             self.discard(fill.map_key)
         else:
             self.store(fill.map_key, None, ABSENT, fill.word, fill.version, None, db_key, raw)

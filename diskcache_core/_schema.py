@@ -181,9 +181,11 @@ SELECT_VALUE = (
     f"SELECT mode, filename, {_VALUE_OR_SIZE} FROM Cache WHERE key = ? AND raw = ? AND "
     + NOT_EXPIRED
 )
-SELECT_VALUE_EXPIRY = (
-    f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time FROM Cache"
-    " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+SELECT_VALUE_EXPIRY = (  # an expired row too (said by the last column, the negated NOT_EXPIRED):
+    # the memory tier keeps a key's absence only where no row is; an expired row lives again
+    # when the clock is stepped back
+    f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time, expire_time <= ?3 FROM Cache"
+    " WHERE key = ?1 AND raw = ?2"
 )
 SELECT_ITEM = (
     f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time, tag FROM Cache"

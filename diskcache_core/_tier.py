@@ -37,8 +37,9 @@ class NearTier(Protocol):
     ) -> None:
         """The store found the item: keep it, under the permission `fill`."""
 
-    def finish_fill_absent(self, fill: Fill, db_key: Any, raw: Any) -> None:
-        """The store found no live item: keep that, under the permission `fill`."""
+    def finish_fill_absent(self, fill: Fill, db_key: Any, raw: Any, known: bool) -> None:
+        """The store found no live item: keep that, under the permission `fill`, where it is
+        `known` that there is no row (an expired one lives again if the clock steps back)."""
 
     def after_write(
         self, db_key: Any, raw: Any, published: dict[int, int] | None, value: Any,

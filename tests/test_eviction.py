@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -363,7 +364,9 @@ def test_small_items_at_the_limit_are_culled_an_interval_at_a_time(tmp_path):
 
 
 @pytest.mark.parametrize("exact", [True, False])
-@pytest.mark.parametrize("policy", ["least-recently-stored", "least-recently-used"])
+@pytest.mark.parametrize(
+    "policy", ["least-recently-stored", "least-recently-used", "least-frequently-used"]
+)
 def test_a_write_that_crosses_the_limit_never_evicts_its_own_item(make_store, policy, exact):
     # The oldest item is overwritten and that very write takes the cache over its limit: the
     # size check the write runs must see the item as just stored.
@@ -421,3 +424,71 @@ def test_lfu_reads_of_a_removed_item_do_not_count_for_a_new_one(make_store, remo
     cache.get(key)
     cache.flush_access_log()
     assert cache._sql("SELECT access_count FROM Cache WHERE key = ?", (key,)).fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("write", ["set", "add", "push", "incr"])
+def test_lfu_at_the_limit_takes_in_new_items_read_once(make_store, exact, write):
+    # A full cache of items each read once: a new item has no reads yet when the size check of
+    # its own write runs, the fewest of all; that check must spare it (python-diskcache culls
+    # before it writes), and once read it ties with the old ones, which go first.
+    cache = make_store(
+        eviction_policy="least-frequently-used", size_limit=200_000, exact_size_limit=exact
+    )
+    for number in range(15):
+        cache.set(number, b"x" * 10_000)
+        assert cache.get(number) is not None
+    kept = 0
+    for number in range(100, 130):
+        value = b"y" * 10_000
+        if write == "set":
+            assert cache.set(number, value) is True
+        elif write == "add":
+            assert cache.add(number, value) is True
+        elif write == "push":
+            number = cache.push(value)
+        else:
+            value = cache.incr(number, 1, default=10**5000)  # a big int: pickled, ~2 KB
+        kept += cache.get(number) == value
+    assert kept == 30
+    assert sum(1 for key in cache if key not in range(15)) >= 5  # new items stay
+
+
+def test_lfu_counts_an_incr_as_a_use_of_its_counter(make_store):
+    cache = make_store(eviction_policy="least-frequently-used", statistics=True)
+    cache.set("counter", 0)
+    for _ in range(5):
+        cache.incr("counter")
+    cache.decr("counter")
+    cache.flush_access_log()
+    rows = cache._sql("SELECT access_count FROM Cache WHERE key = 'counter'").fetchall()
+    assert rows == [(6,)]  # as python-diskcache counts them
+    assert cache.stats() == (0, 0)  # uses, not hits
+
+
+def test_stats_never_go_back_while_a_size_check_writes_the_pending_reads(make_store):
+    # The size check writes this object's pending reads (and hits) in its own transaction: a
+    # stats() meanwhile must wait for its commit, not count them nowhere.
+    cache = make_store(statistics=True, size_limit=100_000, exact_size_limit=True)
+    for number in range(5):
+        cache.set(number, b"x" * 30_000)
+        cache.get(number)
+    before = cache.stats()
+    evictor = cache._evictor
+    evict = evictor._evict_until_within
+    seen = []
+
+    def evict_with_a_reader(*args):
+        reader = threading.Thread(target=lambda: seen.append(cache.stats()))
+        reader.start()
+        reader.join(0.5)  # waits for this commit (with the fix); or reads at once
+        try:
+            return evict(*args)
+        finally:
+            seen.append(reader)
+
+    evictor._evict_until_within = evict_with_a_reader
+    cache.set("over", b"y" * 30_000)  # over the limit: the check writes the pending reads
+    evictor._evict_until_within = evict
+    seen.pop().join(30)
+    assert seen and seen[0][0] >= before[0] == 5

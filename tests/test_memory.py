@@ -986,3 +986,31 @@ def test_an_object_that_outlives_its_directory_follows_the_one_made_anew(tmp_pat
     assert old.memory_stats().hits > 0  # the tier is on and answering, from the new file
     old.close()
     new.close()
+
+
+@pytest.mark.parametrize("asked", ["get", "in", "get-with-expiry"])
+def test_an_item_expired_only_while_the_clock_was_ahead_is_read_again_once_it_is_back(
+    cache_dir, monkeypatch, asked
+):
+    # A clock stepped back (NTP, or a test patching time.time forward and back): the row lives
+    # again, as SQL and python-diskcache see it; the memory tier must not have kept it as absent.
+    cache = dc.Cache(cache_dir)
+    cache.set("k", "v", expire=60)
+    cache.set("gone", "v", expire=60)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 120)
+    for _ in range(3):
+        assert cache.get("k") is None
+        assert cache.get("k", expire_time=True) == (None, None)
+        assert "k" not in cache
+    monkeypatch.setattr(time, "time", real)
+    if asked == "get":
+        assert [cache.get("k") for _ in range(3)] == ["v"] * 3
+    elif asked == "in":
+        assert "k" in cache
+    else:
+        assert cache.get("k", expire_time=True)[0] == "v"
+    assert cache.add("k", "other") is False
+    assert cache.delete("gone") is True
+    assert [cache.get("gone") for _ in range(3)] == [None] * 3  # a removed row: still absent
+    cache.close()
