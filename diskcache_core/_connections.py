@@ -24,7 +24,9 @@ from typing import Any, Callable, Iterator
 from . import _workers
 from ._checkpointer import BACKSTOP_PAGES
 from ._dbfile import in_wal_mode, open_if_exists, refuse_special_file
-from ._errors import DatabaseError, ReadOnlyCacheWarning, is_busy, translate_sqlite_error
+from ._errors import (
+    DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
+)
 from ._memory import change_recorder
 from ._ownership import ownership_of
 from ._schema import (
@@ -122,15 +124,23 @@ class ThreadState:
 
     def capture(self, value: Any) -> Any:
         """SQL function body: remember `value` and pass it through."""
-        self.new_value = value
+        try:
+            self.new_value = value
+        except BaseException as exc:  # (a signal handler's: see _errors.note_interrupt)
+            note_interrupt(exc)
+            raise
         return value
 
     def insert_recorder(self, item_changed: Callable[[Any], None]) -> Callable[[Any], None]:
         """The insert trigger's SQL function: `item_changed`, and note the insert."""
 
         def item_inserted(db_key: Any) -> None:
-            self.inserted = True
-            item_changed(db_key)
+            try:
+                self.inserted = True
+                item_changed(db_key)
+            except BaseException as exc:  # (as in capture)
+                note_interrupt(exc)
+                raise
 
         return item_inserted
 

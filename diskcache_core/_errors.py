@@ -29,6 +29,7 @@ import errno
 import os
 import pickle
 import sqlite3
+import threading
 
 __all__ = [
     "DatabaseError",
@@ -152,6 +153,19 @@ _LOW_SPACE = 64 * 1024  # bytes: below this, an I/O failure is taken for a full 
 _ROOMY = 64 * 1024 * 1024  # bytes: with this free, SQLITE_FULL is not a full device
 
 
+# An exception raised inside one of this library's SQL functions (a signal handler's
+# KeyboardInterrupt or SystemExit, run there) reaches the caller as sqlite3's "user-defined
+# function raised exception": the function keeps it here, for this thread, to be raised instead
+# (where it got into the function's body: one raised as it began is lost).
+_interrupted = threading.local()
+_UDF_FAILED = "user-defined function raised exception"
+
+
+def note_interrupt(exc: BaseException) -> None:
+    """Keep `exc`, raised inside a SQL function of this thread's statement (see above)."""
+    _interrupted.exc = exc
+
+
 def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskCacheError:
     """Map a SQLite exception to the library's own: contention is a Timeout, a full disk a
     DiskFullError, the rest DatabaseError.
@@ -162,6 +176,15 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
     """
     if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
         return Timeout(str(exc))
+    if str(exc) == _UDF_FAILED:
+        interrupted, _interrupted.exc = getattr(_interrupted, "exc", None), None
+        if interrupted is not None:
+            raise interrupted  # the statement did nothing: what stopped it goes on up
+        # Raised as the function began (where Python runs signal handlers): SQLite dropped it.
+        return DatabaseError(
+            "SQLite: the statement was interrupted in one of this library's SQL functions (by a"
+            " signal handler's exception, which SQLite does not pass on); it changed nothing"
+        )
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
     full = code == _SQLITE_FULL or "disk is full" in str(exc)
     if not full and code not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):

@@ -38,10 +38,9 @@ Writes in this process also update its own map (write-through): a set whose trig
 later write has started, and every later one will change ``pre`` before it commits. A delete
 keeps "absent" the same way.
 
-Memory ordering: each word is one aligned 8-byte load or store (a memoryview cast to ``'Q'``,
-which CPython implements with a fixed-size memcpy); SQLite's WAL locking issues full memory
-barriers around every commit and every read transaction, which order them against the SELECT
-and the commit.
+Memory ordering: each word is one aligned 8-byte load or store (a memoryview cast to ``'Q'``:
+a fixed-size memcpy in CPython); SQLite's WAL locking makes full memory barriers around every
+commit and read transaction, ordering them against the SELECT and the commit.
 """
 
 from __future__ import annotations
@@ -58,17 +57,16 @@ from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 from ._disk import UNSTORABLE, as_read_back
+from ._errors import note_interrupt
 from ._versionfile import BUCKETS, HEADER_WORDS
 
-__all__ = [
-    "ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index", "publish",
-]  # fmt: skip
+__all__ = ["ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index",
+           "publish"]  # fmt: skip
 
 _HEADER_WORDS = HEADER_WORDS
 _MASK = BUCKETS - 1
 
-# A rough per-entry cost in bytes beyond the key and value (the entry tuple, the map's node and
-# slot): counted towards memory_size_limit so that many small items cannot exceed it by much.
+# Rough bytes per entry beyond key and value (entry, map node, slot), counted towards the limit.
 ENTRY_OVERHEAD = 200
 # Sampling: a tier that answers fewer than one lookup in RARE_HITS (over a window of at least
 # REVIEW_MISSES misses, ended when the window of keys seen lately ends) is looked up by one get
@@ -81,13 +79,11 @@ COMMON_HITS = 16
 REVIEW_MISSES = 1024
 SAMPLE_GAP = 7
 SAMPLED_REVIEW = 128
-# Values of these exact (immutable) types are kept and returned as they are; any other value
-# is kept serialized, and decoded afresh on each hit.
+# Values of these exact (immutable) types are kept as they are; others serialized (decoded per hit).
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
 
 _crc32 = zlib.crc32
-# Nonces: 64 random bits from a per-process generator (seeded from os.urandom, reseeded in a
-# forked child so that parent and child never draw the same sequence).
+# Nonces: 64 random bits, seeded from os.urandom (reseeded in a forked child: never the same).
 _random = random.Random(os.urandom(32))
 
 
@@ -138,19 +134,23 @@ def change_recorder(state: Any, words: memoryview) -> Callable[[Any], None]:
     crc32 = _crc32
 
     def item_changed(db_key: Any) -> None:
-        if type(db_key) is str:  # the common case, inline: this runs inside every write
-            try:
-                index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)
-            except UnicodeEncodeError:
+        try:
+            if type(db_key) is str:  # the common case, inline: this runs inside every write
+                try:
+                    index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)
+                except UnicodeEncodeError:
+                    index = _stored_key_index(db_key)
+            else:
                 index = _stored_key_index(db_key)
-        else:
-            index = _stored_key_index(db_key)
-        versions = state.versions
-        nonce = versions.get(index)
-        if nonce is None or words[index] != nonce:
-            nonce = getrandbits(64) | 1  # never 0, the value of a new file
-            words[index] = nonce
-            versions[index] = nonce
+            versions = state.versions
+            nonce = versions.get(index)
+            if nonce is None or words[index] != nonce:
+                nonce = getrandbits(64) | 1  # never 0, the value of a new file
+                words[index] = nonce
+                versions[index] = nonce
+        except BaseException as exc:  # a signal handler's, say: see _errors.note_interrupt
+            note_interrupt(exc)
+            raise
 
     return item_changed
 

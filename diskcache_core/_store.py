@@ -419,10 +419,11 @@ class Store:
                 raise DatabaseError(_FORKED)
             state.depth = 0
             self._check_joinable(state, None)  # nothing to commit if SQLite rolled it back
-            # Taken before COMMIT: once it has run, nothing may remove these files, not even a
-            # rollback after a signal that lands right after it (they would be a committed row's).
-            created, state.created = state.created, []
+            created = state.created
             try:
+                # Emptied before COMMIT: once it has run, nothing may remove these files, not even
+                # a rollback after a signal that lands right after it (a committed row's files).
+                state.created = []
                 state.execute("COMMIT")
             except BaseException as exc:
                 if isinstance(exc, sqlite3.Error) or state.con.in_transaction:
@@ -436,9 +437,26 @@ class Store:
                 raise
             charge, logged, state.charge, state.logged = state.charge, state.logged, 0, 0
             self._after_commit(state, charge, logged)
+        except BaseException:
+            # An exception between the steps above (a signal handler's, a KeyboardInterrupt):
+            # no transaction may stay open on this connection, holding the write lock while
+            # later writes "commit" into it; nor a committed one's after-commit work be skipped.
+            if not state.inherited:
+                self._settle_interrupted(state)
+            raise
         finally:
             if state.close_after:  # close() was called inside it
                 self.pool.close_current()
+
+    def _settle_interrupted(self, state: ThreadState) -> None:
+        """After a transaction block was left by an exception at any point: roll back what is
+        still open, or finish what committed (its versions and released files)."""
+        state.depth = 0
+        if state.con.in_transaction:
+            self._rollback(state)
+        elif state.versions or state.released:
+            state.charge = state.logged = 0
+            self._after_commit(state, 0, 0)
 
     def _begin(self, state: ThreadState, retry: bool, timeout: float | None) -> None:
         begin = "BEGIN IMMEDIATE"

@@ -364,3 +364,73 @@ def test_an_interrupt_just_after_commit_keeps_the_committed_value_file(store):
             1 / 0
     assert store.get("big") == b"x" * 100_000
     assert store.check() == []
+
+
+@pytest.mark.parametrize("where", ["before-commit", "after-commit"])
+def test_an_interrupt_between_the_steps_of_a_transaction_leaves_none_open(cache_dir, where):
+    # A KeyboardInterrupt (a signal handler's exception) can land between any two bytecodes:
+    # after the block, before COMMIT; or after COMMIT, before its after-commit work. No
+    # transaction may stay open on the connection, holding the write lock while later writes
+    # "commit" into it; a committed one's released value files must still go.
+    cache = dc.Cache(cache_dir)
+    other = dc.Cache(cache_dir, timeout=0.2)
+    cache.set("kept", b"k" * 100_000)
+    cache.set("replaced", b"r" * 100_000)
+    store = cache._store
+    name = "_check_joinable" if where == "before-commit" else "_after_commit"
+    original = getattr(store, name)
+
+    def interrupted(state, *args):
+        if state.depth == 0:
+            setattr(store, name, original)
+            if where == "before-commit":
+                original(state, *args)
+            raise KeyboardInterrupt
+        return original(state, *args)
+
+    setattr(store, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with cache.transact():
+            cache.set("inside", 1)
+            cache.set("replaced", b"n" * 100_000)
+    assert not store.state().con.in_transaction
+    assert other.set("probe", 1) is True  # the write lock is free
+    committed = where == "after-commit"
+    assert cache.get("inside") == other.get("inside") == (1 if committed else None)
+    cache.set("after", 2)
+    assert other.get("after") == 2  # committed, not joined to a stray transaction
+    assert other.get("kept") == b"k" * 100_000
+    assert other.get("replaced")[:1] == (b"n" if committed else b"r")
+    cache.close()  # (waits for the file remover)
+    other.close()
+    with dc.Cache(cache_dir) as reopened:
+        assert reopened.check() == []  # no value file left behind
+
+
+def test_an_interrupt_inside_a_write_statements_sql_function_is_raised_as_itself(
+    cache_dir, monkeypatch
+):
+    # The version trigger's Python function runs inside every write statement; a signal
+    # handler's exception raised there reached the caller as sqlite3's "user-defined function
+    # raised exception" (a DatabaseError), which `except Exception` swallows.
+    from diskcache_core import _memory
+
+    index_of = _memory._stored_key_index
+
+    def interrupting(db_key):
+        if db_key == 12345:
+            raise KeyboardInterrupt
+        return index_of(db_key)
+
+    monkeypatch.setattr(_memory, "_stored_key_index", interrupting)
+    cache = dc.Cache(cache_dir)
+    with pytest.raises(KeyboardInterrupt):
+        cache.set(12345, "value")
+    with pytest.raises(KeyboardInterrupt):
+        with cache.transact():
+            cache.set(1, "one")
+            cache.set(12345, "value")
+    monkeypatch.setattr(_memory, "_stored_key_index", index_of)
+    assert 12345 not in cache and 1 not in cache
+    assert cache.set(12345, "value") is True and cache[12345] == "value"
+    cache.close()
