@@ -110,8 +110,9 @@ def put_key(disk: Any, key: Any) -> tuple[Any, int]:
 def key_range(prefix: str | None) -> tuple[Any, Any]:
     if prefix is None:
         return QUEUE_BOUNDS
-    if type(prefix) is not str:
+    if not isinstance(prefix, str):
         raise TypeError(f"queue prefix must be a str or None, not {type(prefix).__name__}")
+    prefix = str.__str__(prefix)  # a str subclass's (a StrEnum member's) text, as python-diskcache
     check_bindable("queue prefix", prefix)
     return prefix + "-000000000000000", prefix + "-999999999999999"
 

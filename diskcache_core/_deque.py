@@ -97,6 +97,8 @@ class Deque(Sequence[T]):
         return self
 
     def _attach(self, cache: Cache, maxlen: float, iterable: Iterable[T]) -> None:
+        if not isinstance(cache, Cache):  # (python-diskcache's Cache, a FanoutCache: d[i] fails)
+            raise TypeError(f"a Deque needs a diskcache_core.Cache, not {type(cache).__name__}")
         if cache.disk.put(QUEUE_START) != (QUEUE_START, True):
             # A Disk that encodes int keys (JSONDisk) looks up another key than the integer
             # `push` stores: every indexed read and write would miss, and d[i] never return.
@@ -238,7 +240,10 @@ class Deque(Sequence[T]):
         # One statement finds and reads it: the item was at `index` in that snapshot, whatever
         # other threads and processes push and pop meanwhile (an item whose value file is lost
         # goes, as iteration passes over it, and the index is looked up again).
-        found = self._cache._queues.item_at(_check_index(index), retry=True)
+        index = _check_index(index)
+        if not -(2**63) <= index < 2**63:  # (no deque is that long; SQLite could not bind it)
+            raise IndexError("deque index out of range")
+        found = self._cache._queues.item_at(index, retry=True)
         if found is None:
             raise IndexError("deque index out of range")
         return found[1]  # type: ignore[no-any-return]

@@ -61,7 +61,7 @@ class Queues:
                 last = row[0]
                 number = last if prefix is None else int(last[last.rfind("-") + 1:])
                 number += 1 if side == "back" else -1
-            db_key = number if prefix is None else f"{prefix}-{number:015d}"
+            db_key = number if prefix is None else low[:-15] + f"{number:015d}"  # (prefix + "-")
             try:
                 state.execute(sql.INSERT, (db_key, 1, now, expires, tag, size, mode, filename, db_value))
             except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the value

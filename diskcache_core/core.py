@@ -13,6 +13,7 @@ from ._disk import (
     MODE_RAW,
     MODE_TEXT,
     UNKNOWN,
+    Constant,
     Disk,
     JSONDisk,
 )
@@ -22,11 +23,15 @@ from ._recipes import full_name
 from ._schema import DBNAME, EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
+#: python-diskcache's counters rows and their initial values (its ``diskcache.core.METADATA``).
+METADATA = {"count": 0, "size": 0, "hits": 0, "misses": 0}
+
 __all__ = [
     "DBNAME",
     "DEFAULT_SETTINGS",
     "ENOVAL",
     "EVICTION_POLICY",
+    "METADATA",
     "MODE_BINARY",
     "MODE_NONE",
     "MODE_PICKLE",
@@ -34,6 +39,7 @@ __all__ = [
     "MODE_TEXT",
     "UNKNOWN",
     "Cache",
+    "Constant",
     "Disk",
     "EmptyDirWarning",
     "JSONDisk",

@@ -4,6 +4,12 @@ Importing it imports Django; ``BACKEND": "diskcache_core.djangocache.DjangoCache
 Django settings as ``diskcache_core.contrib.django.DjangoCache`` does.
 """
 
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+
+from ._disk import ENOVAL
+from ._fanout import FanoutCache
+from ._memokeys import args_to_key
+from ._recipes import full_name
 from .contrib.django import DjangoCache
 
-__all__ = ["DjangoCache"]
+__all__ = ["DEFAULT_TIMEOUT", "ENOVAL", "DjangoCache", "FanoutCache", "args_to_key", "full_name"]

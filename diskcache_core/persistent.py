@@ -1,5 +1,8 @@
-"""python-diskcache's ``diskcache.persistent`` module path (an alias): ``Deque``, ``Index``."""
+"""python-diskcache's ``diskcache.persistent`` module path (an alias): ``Deque``, ``Index``, and
+the names python-diskcache's module imports there."""
 
+from ._cache import Cache
+from ._disk import ENOVAL
 from ._persistent import Deque, Index
 
-__all__ = ["Deque", "Index"]
+__all__ = ["ENOVAL", "Cache", "Deque", "Index"]

@@ -1,7 +1,12 @@
 """python-diskcache's ``diskcache.recipes`` module path (an alias): locks, throttle, barrier,
 ``memoize_stampede`` and the rest."""
 
+from ._disk import ENOVAL
 from ._memo import memoize_stampede
-from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
+from ._memokeys import args_to_key
+from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, full_name, throttle
 
-__all__ = ["Averager", "BoundedSemaphore", "Lock", "RLock", "barrier", "memoize_stampede", "throttle"]
+__all__ = [
+    "ENOVAL", "Averager", "BoundedSemaphore", "Lock", "RLock", "args_to_key", "barrier", "full_name",
+    "memoize_stampede", "throttle",
+]  # fmt: skip

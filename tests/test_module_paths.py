@@ -53,3 +53,25 @@ def test_unknown_attribute_is_an_attribute_error():
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_python_diskcache_submodules_names_are_all_importable_here():
+    # `import diskcache_core as diskcache` users import these from python-diskcache's module
+    # paths (many are that module's own imports: code relies on them all the same).
+    wanted = {
+        "core": ["Constant", "METADATA", "DBNAME", "UNKNOWN", "args_to_key", "full_name"],
+        "fanout": ["DEFAULT_SETTINGS", "ENOVAL", "Cache", "Disk", "Timeout", "Deque", "Index"],
+        "persistent": ["ENOVAL", "Cache", "Deque", "Index"],
+        "recipes": ["ENOVAL", "args_to_key", "full_name"],
+        "djangocache": ["DEFAULT_TIMEOUT", "ENOVAL", "FanoutCache", "args_to_key", "full_name"],
+    }
+    import importlib
+
+    for module, names in wanted.items():
+        ours = importlib.import_module("diskcache_core." + module)
+        assert [name for name in names if not hasattr(ours, name)] == [], module
+        assert sorted(ours.__all__) == sorted(set(ours.__all__))
+    from diskcache_core.core import METADATA, Constant
+
+    assert METADATA == {"count": 0, "size": 0, "hits": 0, "misses": 0}
+    assert Constant("ENOVAL") == diskcache_core.ENOVAL

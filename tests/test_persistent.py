@@ -1097,3 +1097,38 @@ def test_signatures_match_python_diskcache(name):
         if callable(theirs):
             expected = shape(theirs)
             assert shape(getattr(ours_class, attr))[: len(expected)] == expected, attr
+
+
+def test_deque_indices_beyond_64_bits_are_out_of_range(tmp_path):
+    deque = dc.Deque([1, 2, 3], directory=str(tmp_path / "d"))
+    for index in (10**20, -(10**20), 2**63, -(2**63) - 1):
+        with pytest.raises(IndexError):
+            deque[index]
+        with pytest.raises(IndexError):
+            deque[index] = 0
+        with pytest.raises(IndexError):
+            del deque[index]
+    assert list(deque) == [1, 2, 3]
+
+
+def test_deque_fromcache_refuses_a_cache_it_cannot_index(tmp_path):
+    import diskcache
+
+    with pytest.raises(TypeError, match="diskcache_core.Cache"):
+        dc.Deque.fromcache(diskcache.Cache(str(tmp_path / "peer")), [1])
+    with pytest.raises(TypeError, match="FanoutCache"):
+        dc.Deque.fromcache(dc.FanoutCache(str(tmp_path / "fan")), [1])
+
+
+def test_queue_prefixes_may_be_str_subclasses(tmp_path):
+    import enum
+
+    class Queue(str, enum.Enum):
+        JOBS = "jobs"
+
+    cache = dc.Cache(str(tmp_path / "c"))
+    key = cache.push("task", prefix=Queue.JOBS)
+    assert key == "jobs-500000000000000" and type(key) is str
+    assert cache.peek(prefix=Queue.JOBS) == (key, "task")
+    assert cache.pull(prefix=Queue.JOBS) == (key, "task")
+    cache.close()
