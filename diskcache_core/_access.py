@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ._schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
 
-__all__ = ["AccessLog", "FLUSH_INTERVAL", "NOT_PENDING", "schedule_flush"]
+__all__ = ["AccessLog", "FINAL_WAIT", "FLUSH_INTERVAL", "NOT_PENDING", "schedule_flush"]
 
 FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
@@ -209,10 +209,15 @@ class _Flushable(Protocol):
 
     def flush_access_log(self, timeout: float | None = None) -> None: ...
 
+    def flush_finally(self) -> None: ...
+
     def close_connection(self) -> None: ...
 
 
 _BACKGROUND_LOCK_WAIT = 0.1  # seconds the flusher waits for the write lock before retrying later
+# Seconds, at least, close() and a normal exit wait for the write lock to write the last batch:
+# there is no later round (a FanoutCache shard's 10 ms timeout would drop it at any contention).
+FINAL_WAIT = 2.0
 
 
 class _Flusher:
@@ -292,7 +297,8 @@ def _after_fork_in_child() -> None:
 
 @atexit.register
 def _flush_at_exit() -> None:
-    _flusher.flush_all()
+    for cache in list(_flusher.caches):
+        cache.flush_finally()
 
 
 if hasattr(os, "register_at_fork"):

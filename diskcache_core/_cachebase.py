@@ -476,10 +476,7 @@ class CacheBase:
             self._remote.close()
         elif self._memory is not None:  # a get after close() reads the database (made anew?)
             self._memory.clear()
-        try:
-            self._evictor.flush_access_log()
-        except Exception:  # noqa: BLE001 - closing must not fail on a busy or read-only cache
-            pass
+        self._evictor.flush_finally()
         _reaper.drain()
         _checkpointer.forget(self._store)  # no round of the checkpoint thread left open on it
         self._store.pool.close_all()

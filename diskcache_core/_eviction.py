@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _reaper
 from . import _schema as sql
-from ._access import AccessLog, schedule_flush
+from ._access import FINAL_WAIT, AccessLog, schedule_flush
 from ._arguments import check_tag, check_time
 from ._connections import ThreadState
 from ._errors import DiskCacheError, Timeout
@@ -149,6 +149,14 @@ class Evictor:
                     for unwritten in parts[number:]:
                         access.give_back(unwritten)
                     raise
+
+    def flush_finally(self) -> None:
+        """At close or exit: write what is pending, waiting for a busy write lock at least
+        FINAL_WAIT; never raises (a busy, read-only or removed cache keeps its last batch)."""
+        try:
+            self.flush_access_log(max(self.store.pool.timeout, FINAL_WAIT))
+        except Exception:  # noqa: BLE001 - closing must not fail
+            pass
 
     def close_connection(self) -> None:
         """Close the calling thread's connection (the flusher's, between its rounds)."""

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from ._arguments import check_text, check_time, check_timeout, shape
@@ -120,6 +120,23 @@ class ShardSettings:
     disk_compress = ShardSetting["str | None"]("disk_compress")
     disk_compress_level = ShardSetting["int | None"]("disk_compress_level")
     disk_compress_threshold = ShardSetting[int]("disk_compress_threshold")
+
+
+def _on_every_shard(
+    shards: Sequence[Cache], write: Callable[[Cache, Any], Any], values: list[Any]
+) -> Any:
+    """``write(shard, value)`` for every shard and its value, each until the shard's lock is had
+    (a setting must reach every shard: one busy for a moment does not end the call); the last
+    result."""
+    result = None
+    for shard, value in zip(shards, values):
+        while True:
+            try:
+                result = write(shard, value)
+            except Timeout:
+                continue
+            break
+    return result
 
 
 class FanoutCache(ShardSettings, AsyncDataMixin):
@@ -482,29 +499,30 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         return MemoryStats(*totals)
 
     def reset(self, key: str, value: Any = ENOVAL) -> Any:
-        """Read or change a setting on every shard; ``size_limit`` is split across them."""
+        """Read or change a setting on every shard; ``size_limit`` is split across them, and a
+        counter (``hits``, ...) is written to the first shard (they read back as their sum)."""
         if value is ENOVAL:
             results = [shard.reset(key) for shard in self._shards]
             return sum(results) if key in _TOTALS else results[0]
         if key == "size_limit":
-            total = validate_settings({key: value})[key]
-            for shard, share in zip(self._shards, split_evenly(total, self._count)):
-                shard.reset(key, share)
-            return total
-        result = None
-        for shard in self._shards:  # every shard, each until its lock is had (as it must)
-            while True:
-                try:
-                    result = shard.reset(key, value)
-                except Timeout:
-                    continue
-                break
-        return result
+            value = validate_settings({key: value})[key]
+            values = split_evenly(value, self._count)
+        else:
+            values = [value] + [0 if key in _TOTALS else value] * (self._count - 1)
+        result = _on_every_shard(self._shards, lambda shard, each: shard.reset(key, each), values)
+        return value if key in _TOTALS else result
 
     def flush_access_log(self, timeout: float | None = None) -> None:
-        """Write every shard's batched access bookkeeping now."""
+        """Write every shard's batched access bookkeeping now (every shard is tried; the first
+        error, a busy shard's Timeout say, is raised after)."""
+        failed: list[Exception] = []
         for shard in self._shards:
-            shard.flush_access_log(timeout)
+            try:
+                shard.flush_access_log(timeout)
+            except Exception as exc:  # noqa: BLE001 - raised below, once the rest are written
+                failed.append(exc)
+        if failed:
+            raise failed[0]
 
     @contextlib.contextmanager
     def transact(self, retry: bool = True) -> Iterator[None]:

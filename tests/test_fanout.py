@@ -771,3 +771,61 @@ def test_reset_reads_totals_as_the_sum_over_the_shards(tmp_path):
     assert cache.reset('size_limit', 2.0**30) == 2**30 and type(cache.reset('size_limit')) is int
     assert cache.reset('cull_limit') == 10  # a setting: every shard's (the first one's)
     cache.close()
+
+
+def test_counters_written_through_reset_read_back_as_written(tmp_path):
+    cache = diskcache_core.FanoutCache(str(tmp_path / "f"), shards=4)
+    for name in ("hits", "misses"):
+        assert cache.reset(name, 10) == 10
+        assert cache.reset(name) == 10
+    assert cache.stats() == (10, 10)
+    cache.close()
+
+
+def _hold_write_lock(path, seconds):
+    """Hold `path`'s write lock from another connection for `seconds` (in a thread)."""
+    import sqlite3
+
+    con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    con.execute("BEGIN IMMEDIATE")
+
+    def release():
+        time.sleep(seconds)
+        con.execute("COMMIT")
+        con.close()
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    return thread
+
+
+def test_close_writes_a_busy_shards_pending_reads(tmp_path):
+    # close() (and a normal exit) write the batched bookkeeping last: a shard busy for a moment
+    # must not drop its hits and LRU times (a shard's timeout is 10 ms).
+    directory = str(tmp_path / "f")
+    cache = diskcache_core.FanoutCache(directory, shards=2, statistics=True)
+    for number in range(50):
+        cache.set(number, number)
+    for number in range(50):
+        assert cache.get(number) == number
+    holder = _hold_write_lock(os.path.join(directory, "001", "cache.db"), 0.2)
+    cache.close()
+    holder.join()
+    with diskcache_core.FanoutCache(directory, shards=2) as reopened:
+        assert reopened.stats() == (50, 0)
+
+
+def test_flush_access_log_writes_every_shard_it_can_then_raises(tmp_path):
+    directory = str(tmp_path / "f")
+    cache = diskcache_core.FanoutCache(directory, shards=2, statistics=True)
+    for number in range(40):
+        cache.set(number, number)
+        cache.get(number)
+    holder = _hold_write_lock(os.path.join(directory, "000", "cache.db"), 0.5)
+    with pytest.raises(diskcache_core.Timeout):
+        cache.flush_access_log(timeout=0.01)
+    holder.join()
+    second = diskcache_core.Cache(os.path.join(directory, "001"))
+    assert second.stats()[0] == len([n for n in range(40) if cache.shard_for(n) is cache.shards[1]]) > 0
+    second.close()
+    cache.close()
