@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import math
 import os
 import sys
 import threading
@@ -30,16 +31,26 @@ MAX_PENDING = 1024
 _POLL = 0.002  # seconds between the remover's rounds while it has work
 _IDLE_EXIT = 1.0  # seconds without work after which the thread exits (restarted on demand)
 _EXIT_WAIT = 5.0  # seconds the interpreter's exit waits for queued removals
+# A removal that failed for want of a resource (no descriptor left, EMFILE; ENOMEM; EIO) is
+# tried again, every _RETRY_GAP seconds, up to _TRIES times in all, then reported.
+_TRIES = 30
+_RETRY_GAP = 1.0
 
 
-def remove_now(disk: Any, name: str) -> None:
-    """Remove one released value file through its Disk; a file already gone is no error."""
+def remove_now(disk: Any, name: str, tries: int = 1) -> None:
+    """Remove one released value file through its Disk; a file already gone is no error, one
+    that could not be removed now (no descriptor left, say) is tried again later."""
     try:
         disk.remove(name)
     except UnsafeValueFileError as exc:
         warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-    except OSError:
-        pass  # already gone, or a directory another process is filling
+    except FileNotFoundError:
+        pass  # already gone
+    except OSError as exc:
+        if tries >= _TRIES:
+            _report(disk, name, exc)
+        else:
+            _reaper.retry_later(disk, name, tries + 1)
 
 
 def _report(disk: Any, name: str, exc: Exception) -> None:
@@ -61,6 +72,14 @@ class _Reaper:
         self.removed = 0  # of those, how many the thread has removed (in queue order)
         self.done = threading.Condition()
         self.thread: threading.Thread | None = None
+        # Files to try again (see remove_now): (when, disk, name, tries so far + 1).
+        self.again: list[tuple[float, Any, str, int]] = []
+
+    def retry_later(self, disk: Any, name: str, tries: int) -> None:
+        with self.done:
+            self.again.append((time.monotonic() + _RETRY_GAP, disk, name, tries))
+            if self.thread is None:
+                self._start()  # (none to be had: the file stays, for check(fix=True))
 
     def remove_later(self, disk: Any, names: Iterable[str]) -> None:
         names = list(names)
@@ -106,19 +125,35 @@ class _Reaper:
                     with self.done:
                         self.removed += 1
                         self.done.notify_all()
+            if self.again:
+                self._retry_due()
             idle = 0.0 if removed else idle + _POLL
             if idle >= _IDLE_EXIT:
                 with self.done:
-                    if not self.pending:
+                    if not self.pending and not self.again:
                         self.thread = None
                         return
+
+    def _retry_due(self, everything: bool = False) -> None:
+        now = math.inf if everything else time.monotonic()
+        with self.done:
+            due = [entry for entry in self.again if entry[0] <= now]
+            self.again = [entry for entry in self.again if entry[0] > now]
+        for _, disk, name, tries in due:
+            try:
+                remove_now(disk, name, tries)
+            except Exception as exc:  # noqa: BLE001 - as in _run
+                _report(disk, name, exc)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every file queued before this call is removed (files queued meanwhile by
         other writers do not keep it waiting); False if `timeout` ran out first."""
         with self.done:
             target = self.queued
-            return self.done.wait_for(lambda: self.removed >= target, timeout)
+            drained = self.done.wait_for(lambda: self.removed >= target, timeout)
+        if self.again:
+            self._retry_due(everything=True)  # (close() and check() see them gone if they can be)
+        return drained
 
 
 _reaper = _Reaper()

@@ -621,3 +621,28 @@ def test_the_memory_tier_answers_what_the_database_gives_back_to_a_custom_disk(t
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_value_file_whose_removal_fails_for_want_of_a_descriptor_is_removed_later(tmp_path):
+    # Out of descriptors (EMFILE), Disk.remove cannot open the value directory: the committed
+    # delete's file must be tried again, not left behind for check(fix=True) to find.
+    import errno
+
+    directory = str(tmp_path / "c")
+    cache = dc.Cache(directory)
+    cache.set("big", b"b" * 100_000)
+    remove = cache.disk.remove
+    failures = []
+
+    def out_of_descriptors(name):
+        if len(failures) < 2:
+            failures.append(name)
+            raise OSError(errno.EMFILE, "Too many open files")
+        remove(name)
+
+    cache.disk.remove = out_of_descriptors
+    assert cache.delete("big") is True
+    cache.close()  # waits for the removals it can make
+    assert len(failures) == 2
+    with dc.Cache(directory) as reopened:
+        assert reopened.check() == []
