@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import threading
 import time
 import weakref
@@ -511,10 +512,7 @@ class MemoryTier:
     ) -> None:
         """Keep an entry (replacing any for the key) and evict the least recently used beyond
         the bounds. `map_key` must not be None."""
-        kind = type(stored)
-        nbytes = ENTRY_OVERHEAD + (len(stored) if kind is bytes or kind is str else 16)
-        kind = type(db_key)
-        nbytes += len(db_key) if kind is bytes or kind is str else 16
+        nbytes = ENTRY_OVERHEAD + sys.getsizeof(stored) + sys.getsizeof(db_key)  # (a big int's too)
         if nbytes > self.max_entry:
             self.discard(map_key)
             return

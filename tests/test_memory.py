@@ -1014,3 +1014,20 @@ def test_an_item_expired_only_while_the_clock_was_ahead_is_read_again_once_it_is
     assert cache.delete("gone") is True
     assert [cache.get("gone") for _ in range(3)] == [None] * 3  # a removed row: still absent
     cache.close()
+
+
+def test_the_byte_bound_counts_big_ints_and_wide_text_at_their_real_size(cache_dir):
+    # An int was charged 16 bytes and a str one byte per character: a tier of memoized big
+    # numbers (or non-Latin-1 text) held many times its memory_size_limit.
+    import sys
+
+    cache = dc.Cache(cache_dir, memory_size_limit=2**20)
+    for number in range(300):
+        value = 10**3000 + number  # ~1.3 KB each
+        cache.set(number, value)
+        cache.set(f"text{number}", "\U0001f600" * 300 + str(number))  # ~1.2 KB each
+    entries = cache._memory.entries.values()
+    real = sum(sys.getsizeof(entry.stored) + sys.getsizeof(entry.db_key) for entry in entries)
+    stats = cache.memory_stats()
+    assert real <= stats.size <= stats.size_limit
+    cache.close()
