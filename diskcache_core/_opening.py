@@ -9,6 +9,7 @@ database is opened read-only, and the memory tier stays off (no version file is 
 
 from __future__ import annotations
 
+import inspect
 import os
 import os.path as op
 import sqlite3
@@ -124,6 +125,12 @@ def open_database(
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
         _set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"], setup_timeout)
         _retry_setup(lambda: sql.create_or_migrate(con, stored, wanted), setup_timeout)
+        level = wanted.get("disk_compress_level")
+        if not stored and level is not None and _takes_compress_level(disk_type):
+            # Also under python-diskcache's row name, which it passes to its Disk (JSONDisk's
+            # level): its processes then encode keys as these do (see sql.store_setting).
+            row = ("disk_compress_level", level)
+            _retry_setup(lambda: con.execute(sql.STORE_SETTING, row).fetchall(), setup_timeout)
         # Only once the directory is known to hold a cache database.
         ownership = disk.ownership = ownership_of(pool.path)
         pool.words, pool.words_identity = open_versions(directory, ownership)
@@ -132,6 +139,13 @@ def open_database(
         raise translate_sqlite_error(exc, pool.path) from exc
     finally:
         con.close()
+
+
+def _takes_compress_level(disk_type: type[Disk]) -> bool:
+    """Whether `disk_type`'s own constructor takes ``compress_level`` (JSONDisk's, one written
+    for python-diskcache), not this library's Disk's compression option, unknown there."""
+    init = disk_type.__init__
+    return init is not Disk.__init__ and "compress_level" in inspect.signature(init).parameters
 
 
 def _counters(stored: dict[str, Any]) -> dict[str, int | None]:

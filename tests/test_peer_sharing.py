@@ -125,3 +125,33 @@ def test_a_jsondisk_compress_level_python_diskcache_stored_stays_shared(tmp_path
     ours = dc.Cache(directory, disk=dc.JSONDisk, memory_size_limit=0)
     assert ours.disk.compress_level == 6
     ours.close()
+
+
+def test_a_jsondisk_compress_level_we_stored_is_read_by_python_diskcache(tmp_path):
+    # A directory we create with a JSONDisk level: python-diskcache passes its plain
+    # disk_compress_level row to its JSONDisk, so that row must be there too (else it encodes
+    # keys at level 1, misses every key, and stores duplicates we then read wrongly).
+    directory = str(tmp_path / "cache")
+    ours = dc.Cache(directory, disk=dc.JSONDisk, disk_compress_level=3)
+    ours.set("k", "first")
+    ours.close()
+    peer = diskcache.Cache(directory, disk=diskcache.JSONDisk)
+    assert peer.disk.compress_level == 3 and peer.get("k") == "first"
+    peer.set("k", "second")
+    peer.close()
+    ours = dc.Cache(directory, disk=dc.JSONDisk, memory_size_limit=0)
+    assert (ours.get("k"), len(ours), list(ours)) == ("second", 1, ["k"])
+    ours.reset("disk_compress_level", 6)
+    ours.close()
+    peer = diskcache.Cache(directory, disk=diskcache.JSONDisk)
+    assert peer.disk.compress_level == 6  # (keys stored at level 3 are other keys now, as there)
+    peer.close()
+
+
+def test_our_disks_compression_level_is_not_passed_to_python_diskcaches_disk(tmp_path):
+    directory = str(tmp_path / "cache")
+    ours = dc.Cache(directory, disk_compress="zlib", disk_compress_level=3)
+    ours.close()
+    peer = diskcache.Cache(directory)  # its Disk takes no compress_level: it must open
+    peer.set("k", 1)
+    peer.close()
