@@ -36,6 +36,7 @@ _FORKED = (
     "this process was forked inside a transaction: the transaction is the parent's, which commits"
     " or rolls it back (writes made here since the fork were not part of it)"
 )
+_READ_ONLY = "the cache database {!r} is opened read-only: nothing can be written to it"
 _ABORTED = (
     "the transaction was rolled back after an error in it (a full disk, say): nothing written"
     " in it is kept, and nothing more can be; leave the transact() block"
@@ -204,6 +205,8 @@ class Store:
     ) -> tuple[int, Any]:
         """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
+        if self.pool.read_only:  # (its function exists only on connections that may write)
+            raise DatabaseError(_READ_ONLY.format(self.path))
         state = self.state(retry)
         state.new_value = NO_VALUE
         rowcount, _ = self.write(statement, params, retry, charge=charge)
@@ -374,6 +377,10 @@ class Store:
         Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
+        if self.pool.read_only:  # (else SQLite's refusal would read as a rolled-back block)
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise DatabaseError(_READ_ONLY.format(self.path))
         state = self._state_for(retry, new_file)
         if not state.depth and _monotonic() >= state.recheck_at:
             state = self._recheck(state, retry, new_file)

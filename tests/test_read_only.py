@@ -253,3 +253,22 @@ def test_an_index_with_an_unusable_wal_is_a_clear_error_not_a_recursion(tmp_path
     with pytest.raises(dc.DatabaseError, match='WAL index is there'):
         reader.get('k')
     reader.close()
+
+
+def test_writes_to_a_read_only_cache_say_it_is_read_only(tmp_path: Path) -> None:
+    directory = str(tmp_path / "c")
+    with dc.Cache(directory) as writer:
+        writer.set("n", 1)
+    cache = dc.Cache(directory, read_only=True)
+    calls = {
+        "incr": lambda: cache.incr("n"),
+        "decr": lambda: cache.decr("n"),
+        "pop": lambda: cache.pop("n"),
+        "push": lambda: cache.push(1),
+        "transact": lambda: cache.transact().__enter__(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(dc.DatabaseError, match="read-?only"):
+            call()
+    assert cache.get("n") == 1
+    cache.close()
