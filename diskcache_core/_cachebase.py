@@ -79,7 +79,8 @@ class CacheBase:
         timeout = check_timeout(timeout)
         checked = validate_settings(settings)
         code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}
-        self._directory = directory = open_cache_directory(directory)
+        read_only = bool(code_only.get("read_only"))
+        self._directory = directory = open_cache_directory(directory, create=not read_only)
         if code_only.get("remote") is None and op.exists(op.join(directory, REMOTE_FILE)):
             raise ValueError(
                 f"{directory!r} holds a near cache of a remote (Redis) cache: open it with the"

@@ -174,8 +174,9 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
         # The memory tier's bounds are totals for this object too, split like size_limit.
         memory_limits = {name: checked.pop(name, default) for name, default in MEMORY_DEFAULTS.items()}
         self._code_only = {n: checked[n] for n in CODE_ONLY_SETTINGS if n in checked}  # (pickling)
-        directory = open_cache_directory(directory)
-        layout = read_layout(directory, shards)
+        read_only = bool(checked.get("read_only"))  # (nothing made nor written: see Cache)
+        directory = open_cache_directory(directory, create=not read_only)
+        layout = read_layout(directory, shards, read_only)
 
         self._directory = directory
         self._count = shards

@@ -30,7 +30,7 @@ from ._arguments import check_text
 from ._dbfile import refuse_special_file
 from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
-from ._errors import DiskCacheError, storage_error
+from ._errors import DatabaseError, DiskCacheError, storage_error
 from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
 from ._schema import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 
@@ -154,11 +154,12 @@ def shard_name(number: int) -> str:
     return f"{number:03d}"
 
 
-def read_layout(directory: str, shards: int) -> str:
-    """Read, or record, how keys are placed in `directory`; returns the hash's name.
+def read_layout(directory: str, shards: int, read_only: bool = False) -> str:
+    """Read, or record (unless `read_only`), how keys are placed in `directory`; returns the
+    hash's name.
 
     ValueError when the directory was laid out for another shard count, or its layout file
-    cannot be read.
+    cannot be read; DatabaseError when it holds no cache and is opened `read_only`.
     """
     path = op.join(directory, LAYOUT_FILE)
     # Shards first, then the layout file: ours writes the file before any shard, so a shard
@@ -171,26 +172,31 @@ def read_layout(directory: str, shards: int) -> str:
         layout = json.loads(_read_layout_file(path))
     except FileNotFoundError:
         marked = _marked_layout(directory) if existing else None
-        if marked is not None:  # ours, its file removed by hand: written again from the copy
+        if marked is not None and read_only:
+            layout = marked  # (checked below; the file is written again by a writing opener)
+        elif marked is not None:  # ours, its file removed by hand: written again from the copy
             try:
                 _record_layout(path, marked)
             except OSError as exc:
                 raise storage_error(exc, f"the shard layout {path!r}") from exc
             return read_layout(directory, shards)
-        if existing:
+        elif existing:
             if existing != shards:
                 raise ValueError(
                     f"{directory!r} holds a python-diskcache FanoutCache with {existing} "
                     f"shards; open it with shards={existing}"
                 ) from None
             return _HASH_PEER
-        try:
-            recorded = _record_layout(path, _our_layout(shards))
-        except OSError as exc:  # a full disk says so (DiskFullError)
-            raise storage_error(exc, f"the shard layout {path!r}") from exc
-        if recorded:
-            return _HASH_CRC
-        return read_layout(directory, shards)  # another opener recorded it first: use theirs
+        else:
+            if read_only:
+                raise DatabaseError(f"no cache in {directory!r} (opened read-only)") from None
+            try:
+                recorded = _record_layout(path, _our_layout(shards))
+            except OSError as exc:  # a full disk says so (DiskFullError)
+                raise storage_error(exc, f"the shard layout {path!r}") from exc
+            if recorded:
+                return _HASH_CRC
+            return read_layout(directory, shards)  # another opener recorded it first: theirs
     except (ValueError, OSError) as exc:
         raise ValueError(f"cannot read the shard layout {path!r}: {exc}") from exc
     if not isinstance(layout, dict) or layout.get("hash") not in (_HASH_CRC, _HASH_PEER):
@@ -215,8 +221,11 @@ def _marked_layout(directory: str) -> dict[str, Any] | None:
     if op.islink(shard) or not op.lexists(path):
         return None
     refuse_special_file(path)  # (DatabaseError: never a planted link)
+    # With no WAL index (-shm) no writer has it open: its file is the whole truth, read as
+    # immutable (a mere read-only connection makes a -wal and -shm, or fails where it cannot).
+    mode = "mode=ro" if op.exists(path + "-shm") else "mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(database_uri(path, "mode=ro"), uri=True, timeout=5.0)
+        con = sqlite3.connect(database_uri(path, mode), uri=True, timeout=5.0)
         try:
             rows = con.execute(SELECT_SETTING, (_MARK_ROW,)).fetchall()
         finally:

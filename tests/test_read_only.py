@@ -272,3 +272,30 @@ def test_writes_to_a_read_only_cache_say_it_is_read_only(tmp_path: Path) -> None
             call()
     assert cache.get("n") == 1
     cache.close()
+
+
+def test_read_only_opens_make_and_write_nothing(tmp_path: Path) -> None:
+    # read_only=True changes nothing in the directory: not a -wal or -shm of shard 0 (read for
+    # the layout), not a layout file written again, not a directory for a mistyped path.
+    import diskcache
+
+    def files(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+    peer_dir = tmp_path / "peer"
+    peer = diskcache.FanoutCache(str(peer_dir), shards=2)
+    peer.set("a", 1)
+    peer.close()
+    ours_dir = tmp_path / "ours"
+    with dc.FanoutCache(str(ours_dir), shards=2) as ours:
+        ours.set("a", 1)
+    (ours_dir / "fanout.json").unlink()
+    for directory in (peer_dir, ours_dir):
+        before = files(directory)
+        with dc.FanoutCache(str(directory), shards=2, read_only=True) as cache:
+            assert cache.get("a") == 1
+        assert files(directory) == before
+    for opener in (dc.Cache, dc.FanoutCache):
+        with pytest.raises(dc.DatabaseError, match="read-only"):
+            opener(str(tmp_path / "typo"), read_only=True)
+    assert not (tmp_path / "typo").exists()
