@@ -47,6 +47,7 @@ __all__ = [
     "UnsafePickleError",
     "UnsafeValueFileError",
     "is_busy",
+    "is_cannot_open",
     "is_readonly_rollback",
     "storage_error",
     "translate_sqlite_error",
@@ -186,6 +187,12 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
             " signal handler's exception, which SQLite does not pass on); it changed nothing"
         )
     code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+    if code == _SQLITE_CANTOPEN and path:
+        failure = _open_failure(path)  # SQLite does not say why: no descriptor left, no inode
+        if failure is not None:
+            if failure.errno in _NO_SPACE:
+                return storage_error(failure, repr(path))
+            return DatabaseError(f"SQLite: {exc} ({failure.strerror})")
     full = code == _SQLITE_FULL or "disk is full" in str(exc)
     if not full and code not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
         return DatabaseError(f"SQLite: {exc}")
@@ -209,6 +216,24 @@ def storage_error(exc: OSError, what: str) -> DiskCacheError:
     if exc.errno in _NO_SPACE:
         return DiskFullError(exc.errno, f"no space left on the device for {what}: {exc.strerror}")
     return DatabaseError(f"cannot use {what}: {exc}")
+
+
+def _open_failure(path: str) -> OSError | None:
+    """Why a file beside `path` may not open now (SQLite's "unable to open database file" does
+    not say): no descriptor left for this process, or no inode left on the device; else None."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+        info = os.statvfs(os.path.dirname(path) or ".") if hasattr(os, "statvfs") else None
+    except OSError as exc:
+        return None if exc.errno in (errno.ENOENT, errno.EACCES, errno.EPERM) else exc
+    if info is not None and info.f_files and not info.f_favail:
+        return OSError(errno.ENOSPC, "no inode left on the device")
+    return None
+
+
+def is_cannot_open(exc: sqlite3.Error) -> bool:
+    """Whether SQLite could not open a file (the database, its WAL or WAL index)."""
+    return ((getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF) == _SQLITE_CANTOPEN
 
 
 def _free_space(path: str | None) -> int | None:

@@ -20,7 +20,9 @@ from . import _schema as sql
 from ._connections import ConnectionPool
 from ._dbfile import in_wal_mode, refuse_special_file
 from ._disk import Disk
-from ._errors import DatabaseError, DiskFullError, is_busy, storage_error, translate_sqlite_error
+from ._errors import (
+    DatabaseError, DiskFullError, is_busy, is_cannot_open, storage_error, translate_sqlite_error,
+)
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
 from ._settings import PEER_ONLY_ROWS, Settings, usable_stored_settings
 from ._versionfile import open_versions
@@ -185,8 +187,8 @@ def _read_settings(con: sqlite3.Connection, path: str, setup_timeout: float) -> 
         return _retry_setup(read, setup_timeout)
     except sqlite3.DatabaseError as exc:
         translated = translate_sqlite_error(exc, path)
-        if isinstance(translated, DiskFullError):
-            raise translated from exc
+        if isinstance(translated, DiskFullError) or is_cannot_open(exc):
+            raise translated from exc  # (not a damaged database: a file could not be opened)
         raise DatabaseError(f"{path!r} is not a usable cache database: {exc}") from exc
 
 

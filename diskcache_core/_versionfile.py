@@ -52,8 +52,8 @@ def open_versions(
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, ownership.file_mode)
-    except OSError as exc:
-        raise DatabaseError(f"cannot open the memory tier's version file {path!r}: {exc}") from exc
+    except OSError as exc:  # (a full disk or no inode left: DiskFullError, an OSError)
+        raise storage_error(exc, f"the memory tier's version file {path!r}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -240,3 +240,56 @@ def test_a_transaction_a_full_disk_rolled_back_takes_no_further_write(small_disk
             assert sorted(map(str, cache)) == ["base"]
         assert cache.get("base") == b"b" * 100
         assert cache.check() == []
+
+
+def test_out_of_descriptors_at_open_is_said_not_taken_for_a_damaged_database(tmp_path):
+    # SQLite says only "unable to open database file"; that was reported as "not a usable cache
+    # database" (a user may then delete a healthy cache).
+    directory = str(tmp_path / "c")
+    with dc.Cache(directory) as cache:
+        cache.set("k", 1)
+    script = f"""
+import os, resource, diskcache_core as dc
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+for spare in range(12):
+    hog = []
+    while True:
+        try: hog.append(os.open('/dev/null', os.O_RDONLY))
+        except OSError: break
+    for _ in range(spare): os.close(hog.pop())
+    try:
+        with dc.Cache({directory!r}) as c: print(spare, 'opened', c.get('k'))
+    except dc.DatabaseError as e: print(spare, 'error', e)
+    for fd in hog: os.close(fd)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 12, done.stderr
+    errors = [line for line in lines if " error " in line]
+    assert errors and all("Too many open files" in line for line in errors), lines
+    assert not any("not a usable" in line for line in lines)
+    assert "opened 1" in lines[-1]
+
+
+def test_no_inode_left_at_open_is_a_full_disk(tmp_path, monkeypatch):
+    import os
+    import sqlite3
+
+    from diskcache_core._errors import translate_sqlite_error
+
+    try:
+        sqlite3.connect(str(tmp_path / "missing" / "x.db"))
+    except sqlite3.OperationalError as exc:
+        cannot_open = exc
+    existing = tmp_path / "cache.db"
+    existing.write_bytes(b"")
+    real = os.statvfs(str(tmp_path))
+    fields = {name: getattr(real, name) for name in ("f_bavail", "f_frsize", "f_files")}
+
+    class NoInodes:
+        f_favail = 0
+        __getattr__ = fields.__getitem__
+
+    monkeypatch.setattr(os, "statvfs", lambda path: NoInodes())
+    error = translate_sqlite_error(cannot_open, str(existing))
+    assert isinstance(error, dc.DiskFullError) and "inode" in str(error)
