@@ -21,7 +21,7 @@ from ._arguments import check_tag, check_time
 from ._connections import ThreadState
 from ._errors import DiskCacheError, Timeout
 from ._settings import Settings
-from ._store import MIN_WRITE_CHARGE, Store
+from ._store import MIN_WRITE_CHARGE, Store, weakly
 
 __all__ = ["Evictor"]
 
@@ -58,7 +58,7 @@ class Evictor:
         # Under least-frequently-used, the key each thread's latest set wrote (see check_size).
         self.read_counts = self.access.read_column == "access_count"
         self.writing = threading.local()
-        store.size_check = self.check_size
+        store.size_check = weakly(self.check_size)
         self.set_size_limit(settings.size_limit)
 
     # --- settings with derived state ----------------------------------------------------------

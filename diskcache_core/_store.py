@@ -17,6 +17,7 @@ import os.path as op
 import sqlite3
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 from . import _reaper
@@ -28,7 +29,7 @@ from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
 from ._memory import publish
 from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
-__all__ = ["MIN_WRITE_CHARGE", "Store", "Written"]
+__all__ = ["MIN_WRITE_CHARGE", "Store", "Written", "weakly"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 _COMMIT_PAGE = 4096  # WAL bytes a commit writes besides its values, at least
@@ -50,6 +51,20 @@ Written = tuple[int, "dict[int, int] | None"]
 
 
 _monotonic = time.monotonic
+
+
+def weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """`method`, called through a weak reference to its object (a no-op once that is gone): held
+    by an object its own object holds, it makes no reference cycle, so a cache dropped after
+    close() is freed, its version file closed, by reference counting alone."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        live = ref()
+        if live is not None:
+            live(*args)
+
+    return call
 
 
 def _no_size_check() -> None:
@@ -78,7 +93,7 @@ class Store:
         # The memory tier's version words (None where this process may only read), set when the
         # database was opened.
         self.words = pool.words
-        pool.rebinds.append(self._rebind)
+        pool.rebinds.append(weakly(self._rebind))  # (no cycle: a dropped cache is freed at once)
         # Bytes written since the last size check, and the check (set by the eviction part).
         self.unchecked = 0
         self.check_every = 2**20

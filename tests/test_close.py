@@ -253,3 +253,29 @@ def test_a_closed_cache_holds_one_descriptor_for_its_version_file(tmp_path: Path
         assert _open_fds() - before == 5
     finally:
         gc.enable()
+
+
+def test_a_closed_cache_dropped_is_freed_at_once_with_its_version_file(tmp_path):
+    # No reference cycle in a Cache's parts: dropped after close(), reference counting frees
+    # it and closes its version file at once (a removed directory's space comes back then).
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        cache = dc.Cache(str(tmp_path / "c"))
+        cache.set("k", b"v" * 10)
+        cache.get("k")
+        cache.close()
+        parts = [weakref.ref(part) for part in (cache, cache._store, cache._store.pool, cache._evictor)]
+        del cache
+        assert [part() for part in parts] == [None] * len(parts)
+        names = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                names.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass  # (the listing's own descriptor, closed since)
+        assert not [name for name in names if name.startswith(str(tmp_path))]
+    finally:
+        gc.enable()
