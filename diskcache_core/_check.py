@@ -53,8 +53,6 @@ def check_cache(
         if rows != [("ok",)]:
             for (message,) in rows:
                 warnings.warn(f"integrity check: {message}", stacklevel=2)
-        if fix:
-            store.write(sql.VACUUM, (), retry)
         real_directory = op.realpath(directory)
         with _consistent_view(store, fix, retry) as state:
             named: set[str] = set()
@@ -89,6 +87,8 @@ def check_cache(
                         _drop_row(state, rowid, keep_file=False)
             _Sweep(named, sql.LAYOUT_FILE, fix).run(real_directory)
             _check_counters(state, fix)
+        if fix:  # last: rewriting the database needs room, which removing unknown files may free
+            store.write(sql.VACUUM, (), retry)
     return found
 
 

@@ -45,10 +45,9 @@ from ._layout import (
 from ._layout import bind_layout, placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
-from ._memory import MemoryStats
 from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from ._persistent import Deque, Index
-from ._shards import check_share, memory_shares, open_shards, split_evenly
+from ._shards import ShardMemoryTiers, check_share, open_shards, split_evenly
 from ._subcollections import SubCollections
 
 # LAYOUT_FILE: Cache.check skips the layout file of a FanoutCache directory.
@@ -139,7 +138,7 @@ def _on_every_shard(
     return result
 
 
-class FanoutCache(ShardSettings, AsyncDataMixin):
+class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
     Writes that cannot take their shard's lock within `timeout` give up and say so in their
@@ -467,37 +466,6 @@ class FanoutCache(ShardSettings, AsyncDataMixin):
     def volume(self) -> int:
         """Bytes on disk, summed over shards."""
         return sum(shard.volume() for shard in self._shards)
-
-    @property
-    def memory_size_limit(self) -> int:
-        """Bytes the shards' memory tiers may hold in this process, in total (0: off)."""
-        return sum(shard.memory_size_limit for shard in self._shards)
-
-    @memory_size_limit.setter
-    def memory_size_limit(self, value: int) -> None:
-        self._split_memory_limit("memory_size_limit", value)
-
-    @property
-    def memory_item_limit(self) -> int:
-        """Items the shards' memory tiers may hold in this process, in total (0: off)."""
-        return sum(shard.memory_item_limit for shard in self._shards)
-
-    @memory_item_limit.setter
-    def memory_item_limit(self, value: int) -> None:
-        self._split_memory_limit("memory_item_limit", value)
-
-    def _split_memory_limit(self, name: str, value: int) -> None:
-        shares = memory_shares(validate_settings({name: value})[name], self._count)
-        for shard, share in zip(self._shards, shares):
-            setattr(shard, name, share)
-
-    def memory_stats(self, reset: bool = False) -> MemoryStats:
-        """The shards' memory tiers in this process, summed (see ``Cache.memory_stats``)."""
-        totals = [0] * len(MemoryStats._fields)
-        for shard in self._shards:
-            for position, number in enumerate(shard.memory_stats(reset)):
-                totals[position] += number
-        return MemoryStats(*totals)
 
     def reset(self, key: str, value: Any = ENOVAL) -> Any:
         """Read or change a setting on every shard; ``size_limit`` is split across them, and a

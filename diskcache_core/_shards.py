@@ -1,4 +1,5 @@
-"""The shards of a FanoutCache: opening each one with its share of the settings.
+"""The shards of a FanoutCache: opening each one with its share of the settings, and their
+memory tiers seen as one.
 
 Each shard is a Cache in a subdirectory (``000``, ``001``, ...) that must not be a link. It gets
 an even share of ``size_limit`` (an existing shard keeps its stored share unless the caller gives
@@ -17,9 +18,11 @@ from ._cache import Cache
 from ._directories import open_subdirectory
 from ._disk import UNKNOWN, Disk
 from ._layout import shard_name
-from ._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS
+from ._memory import MemoryStats
+from ._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS, validate_settings
 
-__all__ = ["ItemTooLargeError", "check_share", "memory_shares", "open_shards", "split_evenly"]
+__all__ = ["ItemTooLargeError", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
+           "split_evenly"]  # fmt: skip
 
 
 class ItemTooLargeError(ValueError):
@@ -115,3 +118,42 @@ def open_shards(
         _store_within_share(shard)
         shards.append(shard)
     return tuple(shards)
+
+
+class ShardMemoryTiers:
+    """The shards' memory tiers in this process, as one: limits split across them (each shard
+    takes its share), statistics summed."""
+
+    _shards: tuple[Cache, ...]
+    _count: int
+
+    @property
+    def memory_size_limit(self) -> int:
+        """Bytes the shards' memory tiers may hold in this process, in total (0: off)."""
+        return sum(shard.memory_size_limit for shard in self._shards)
+
+    @memory_size_limit.setter
+    def memory_size_limit(self, value: int) -> None:
+        self._split_memory_limit("memory_size_limit", value)
+
+    @property
+    def memory_item_limit(self) -> int:
+        """Items the shards' memory tiers may hold in this process, in total (0: off)."""
+        return sum(shard.memory_item_limit for shard in self._shards)
+
+    @memory_item_limit.setter
+    def memory_item_limit(self, value: int) -> None:
+        self._split_memory_limit("memory_item_limit", value)
+
+    def _split_memory_limit(self, name: str, value: int) -> None:
+        shares = memory_shares(validate_settings({name: value})[name], self._count)
+        for shard, share in zip(self._shards, shares):
+            setattr(shard, name, share)
+
+    def memory_stats(self, reset: bool = False) -> MemoryStats:
+        """The shards' memory tiers in this process, summed (see ``Cache.memory_stats``)."""
+        totals = [0] * len(MemoryStats._fields)
+        for shard in self._shards:
+            for position, number in enumerate(shard.memory_stats(reset)):
+                totals[position] += number
+        return MemoryStats(*totals)
