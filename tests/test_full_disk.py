@@ -293,3 +293,34 @@ def test_no_inode_left_at_open_is_a_full_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "statvfs", lambda path: NoInodes())
     error = translate_sqlite_error(cannot_open, str(existing))
     assert isinstance(error, dc.DiskFullError) and "inode" in str(error)
+
+
+def test_check_fix_on_a_full_disk_removes_orphan_files_before_it_vacuums(
+    small_disk: SmallDisk,
+) -> None:
+    """check(fix=True) removes value files no row names first, then rewrites the database:
+    the rewrite needs room, which the removal frees (vacuuming first raised DiskFullError)."""
+    cache_dir = small_disk.root / "cache"
+    holder = dc.Cache(cache_dir)  # keeps the WAL and its index open, as a busy site would
+    with holder.transact():  # one commit: a short WAL
+        for number in range(60):
+            holder.set(number, bytes([number % 251]) * 1000)  # inline: a database of ~80 KB
+    orphan, orphan_path = holder.disk.filename()
+    os.makedirs(os.path.dirname(orphan_path))
+    with open(orphan_path, "wb") as file:
+        file.write(b"o" * 400_000)  # left by a writer killed before its row committed
+    small_disk.fill()
+    out = run_child(f"""
+        with dc.Cache({str(cache_dir)!r}) as cache:
+            try:
+                found = cache.check(fix=True)
+            except OSError as exc:
+                print("raised", type(exc).__name__)
+            else:
+                print("checked", sum("{orphan}" in str(w.message) for w in found))
+            print("items", len(cache), cache.get(7) == bytes([7]) * 1000)
+        print("orphan", os.path.exists({orphan_path!r}))
+    """)
+    assert out.splitlines() == ["checked 1", "items 60 True", "orphan False"], out
+    small_disk.free()
+    holder.close()
