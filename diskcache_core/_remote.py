@@ -25,6 +25,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ._errors import RemoteError, RemoteUnavailableError
+from ._log import REMOTE as _LOG
+from ._log import outage_for
 from ._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
 __all__ = [
@@ -248,6 +250,8 @@ class RemoteStore:
     def __init__(self, url: str, prefix: bytes, timeout: float) -> None:
         self.url = check_remote_url(url)
         self.prefix = prefix
+        # Reachability as this process sees it, shared by every store of the URL (_log.py).
+        self._outage = outage_for(_LOG, _outage_name(self.url))
         self.timeout = timeout
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
@@ -273,9 +277,12 @@ class RemoteStore:
     def call(self, function: Callable[[], _T]) -> _T:
         """Run one client call, translating redis-py's errors into the library's."""
         try:
-            return function()
+            result = function()
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return result
 
     # --- items --------------------------------------------------------------------------------
 
@@ -284,9 +291,12 @@ class RemoteStore:
 
     def get(self, name: bytes) -> bytes | None:
         try:
-            return self.client.execute_command("GET", name)  # type: ignore[no-any-return]
+            data: bytes | None = self.client.execute_command("GET", name)
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return data
 
     def get_many(self, names: list[bytes]) -> list[bytes | None]:
         """The value of each name: one MGET (on a cluster, one per slot, as redis-py splits it)."""
@@ -295,9 +305,12 @@ class RemoteStore:
         if self.cluster:
             return self.call(lambda: self.client.mget_nonatomic(names))
         try:
-            return self.client.execute_command("MGET", *names)  # type: ignore[no-any-return]
+            found: list[bytes | None] = self.client.execute_command("MGET", *names)
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return found
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""
@@ -308,15 +321,21 @@ class RemoteStore:
         if only_new:
             args += ("NX",)
         try:
-            return bool(self.client.execute_command(*args))
+            stored = bool(self.client.execute_command(*args))
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return stored
 
     def delete(self, name: bytes) -> bool:
         try:
-            return bool(self.client.execute_command("DEL", name))
+            removed = bool(self.client.execute_command("DEL", name))
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return removed
 
     def pop(self, name: bytes) -> bytes | None:
         return self.call(lambda: self.client.getdel(name))  # type: ignore[no-any-return]
@@ -442,9 +461,16 @@ def _translated(exc: Exception, url: str) -> Exception:
     ):
         return RemoteError(f"remote {where}: authentication failed ({exc})")
     if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
         return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
     if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():
         return RemoteError(f"remote cluster {where}: authentication failed ({exc})")
     if isinstance(exc, (redis.exceptions.ClusterError, redis.exceptions.RedisClusterException)):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
         return RemoteUnavailableError(f"remote cluster {where}: {exc}")
     return RemoteError(f"remote {where}: {exc}")
+
+
+def _outage_name(url: str) -> str:
+    """What the log calls a remote (its URL without the password)."""
+    return f"remote {safe_url(url)}"
