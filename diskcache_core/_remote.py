@@ -59,10 +59,15 @@ if ARGV[2] == '' then redis.call('SET', KEYS[1], updated)
 else redis.call('SET', KEYS[1], updated, 'PXAT', ARGV[2]) end
 return 1
 """
-# Delete the item if its tag field (length and bytes, from offset 11) is ARGV[1].
+# Delete the item if its tag field (length and bytes, from offset 11) is one of ARGV[2...]
+# (`tag_fields`: the spellings of one tag), ARGV[1] bytes at most.
 _EVICT_TAG = """
-local current = redis.call('GETRANGE', KEYS[1], 11, 10 + string.len(ARGV[1]))
-if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local current = redis.call('GETRANGE', KEYS[1], 11, 10 + tonumber(ARGV[1]))
+for i = 2, #ARGV do
+  if string.sub(current, 1, string.len(ARGV[i])) == ARGV[i] then
+    return redis.call('DEL', KEYS[1])
+  end
+end
 return 0
 """
 _SCAN_COUNT = 500
@@ -173,10 +178,26 @@ def _decode_tag(data: bytes) -> Any:
     return float(body)
 
 
-def tag_field(tag: Any) -> bytes:
-    """A tag as `_EVICT_TAG` compares it: its length, then its encoded form."""
-    data = _encode_tag(tag)
-    return struct.pack(">H", len(data)) + data
+def tag_fields(tag: Any) -> list[bytes]:
+    """Every tag field (its length, then its encoded form) of a tag that SQLite finds equal to
+    `tag`, for `_EVICT_TAG`: SQLite compares an INTEGER and a REAL by their values (exactly),
+    so ``1``, ``1.0`` and ``True`` (stored as 1) are one tag, and ``0.0`` and ``-0.0`` are ``0``.
+    A stored tag keeps its own spelling (``get(tag=True)`` returns it as it was set, as SQLite
+    does); only the comparison takes them all."""
+    spellings = [_encode_tag(tag)]
+    kind = type(tag)
+    if kind is int or kind is bool:
+        number = float(tag)  # exact for the tags a float equals; int64 tags never overflow
+        if number == tag:
+            spellings.append(_encode_tag(number))
+            if not number:
+                spellings.append(_encode_tag(-0.0))
+    elif kind is float and tag.is_integer():
+        if -_INT64 <= tag < _INT64:
+            spellings.append(_encode_tag(int(tag)))
+        if not tag:
+            spellings.append(_encode_tag(-tag))
+    return [struct.pack(">H", len(data)) + data for data in dict.fromkeys(spellings)]
 
 
 def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -> bytes:
@@ -384,12 +405,13 @@ class RemoteStore:
         return int(self.call(lambda: self.client.delete(*names)))
 
     def evict_tag(self, names: list[bytes], tag: Any) -> int:
-        field = tag_field(tag)
+        fields = tag_fields(tag)
+        args = [max(map(len, fields)), *fields]
         return sum(
             int(result)
             for result in self.call(
                 lambda: self._each(
-                    names, lambda pipe, name: self._evict_tag(keys=[name], args=[field], client=pipe)
+                    names, lambda pipe, name: self._evict_tag(keys=[name], args=args, client=pipe)
                 )
             )
         )
