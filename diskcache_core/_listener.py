@@ -282,7 +282,8 @@ class ListenerThread(threading.Thread):
                     self._words.set_listener(os.getpid())
                     _LOG.info(
                         "process %d takes over the listener of %r%s", os.getpid(),
-                        self._directory, f" from process {previous}" if previous else "",
+                        self._directory,
+                        f" from process {previous}" if previous not in (0, os.getpid()) else "",
                     )
                     self._supervise()
                 finally:

@@ -446,8 +446,20 @@ class RemoteStore:
         return clients
 
     def close(self) -> None:
+        """Close the connections no call is using. A call in flight on another thread goes on
+        to its answer (the application's close is no outage, and a write's outcome stays
+        known); its connection goes back to the pool, and is closed by a later close or with
+        the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
         try:
-            self.client.close()
+            if self.cluster:
+                pools = [
+                    node.redis_connection.connection_pool
+                    for node in self.client.get_nodes() if node.redis_connection is not None
+                ]
+            else:
+                pools = [self.client.connection_pool]
+            for pool in pools:
+                pool.disconnect(inuse_connections=False)
         except _REDIS_ERRORS:
             pass
 

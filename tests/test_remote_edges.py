@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 WAIT = 60.0  # seconds any condition below is waited for, at most
+PAUSE_MS = 4000  # Redis holds the call in flight this long (long enough to close meanwhile)
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +88,54 @@ def test_a_tag_reads_back_as_stored(cache):
         assert type(stored) is type(expected) and stored == expected, (key, stored)
         if type(tag) is float:
             assert repr(stored) == repr(tag)  # -0.0 stays -0.0, 1.0 stays 1.0
+
+
+# --- close() while a call is in flight -----------------------------------------------------------
+
+
+def _wait_for(check, what):
+    limit = time.monotonic() + WAIT
+    while time.monotonic() < limit:
+        if check():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.mark.parametrize("operation", ["set", "get"])
+def test_a_call_in_flight_at_close_gets_its_answer(server, tmp_path, operation):
+    """Redis is up but holds the call (CLIENT PAUSE); the application closes the cache; the
+    call is answered when Redis releases it: no RemoteUnavailableError for the application's
+    own close, and a write's outcome is known."""
+    prefix = f"edge-{uuid.uuid4().hex}:"
+    cache = Cache(str(tmp_path / "c"), remote=server.url, remote_prefix=prefix, remote_timeout=30)
+    admin = server.client()
+    results: list[object] = []
+    try:
+        assert cache.set("there", "v") is True
+        pool = cache._remote._remote.client.connection_pool  # noqa: SLF001 - in-flight count
+        call = (
+            (lambda: cache.set("k", "new")) if operation == "set" else (lambda: cache.get("there"))
+        )
+
+        def run() -> None:
+            try:
+                results.append(call())
+            except Exception as exc:  # noqa: BLE001 - what the test looks at
+                results.append(exc)
+
+        # Held for PAUSE_MS, then answered (UNPAUSE would be held too).
+        admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
+        thread = threading.Thread(target=run)
+        thread.start()
+        _wait_for(lambda: len(pool._in_use_connections) == 1, "the call is in flight")
+        cache.close()
+        assert results == [] and thread.is_alive(), "the call was not in flight at close()"
+        thread.join(WAIT)
+        assert not thread.is_alive()
+        assert results == ([True] if operation == "set" else ["v"]), results
+        assert cache.get("k" if operation == "set" else "there") == (
+            "new" if operation == "set" else "v"
+        )
+    finally:
+        cache.close()
