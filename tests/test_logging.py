@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from diskcache_core import Cache, Disk, RemoteUnavailableError
+from diskcache_core import Cache, Disk, FanoutCache, RemoteUnavailableError
 from diskcache_core import _log, _reaper
 
 from redis_servers import RedisTestServer, redis_missing
@@ -22,6 +22,8 @@ needs_redis = pytest.mark.skipif(
 )
 
 WAIT = 60.0  # seconds any condition below is waited for, at most
+# The listener's lease lapsed after a grant (not: none yet, "... after it started").
+LEASE_LAPSED = re.compile(r"has no lease( for [0-9.]+ s)?: ")
 
 
 def records(caplog, logger, level):
@@ -44,22 +46,36 @@ def test_the_package_logger_has_a_null_handler():
 
 @needs_redis
 def test_a_stopped_and_restarted_redis_is_one_warning_and_one_info_with_the_downtime(
-    tmp_path, caplog
+    tmp_path, caplog, capfd
 ):
+    """Whatever the number of calls, caches and shards that fail in the outage."""
     caplog.set_level(logging.INFO, logger="diskcache_core")
+    mine = repr(str(tmp_path / "c"))  # the Cache's directory, as its listener's lines name it
     with RedisTestServer() as server:  # its own: it is killed
         cache = Cache(
             str(tmp_path / "c"), remote=server.url, remote_prefix=f"log-{uuid.uuid4().hex}:",
             remote_timeout=1.0,
         )
+        fanout = FanoutCache(
+            str(tmp_path / "f"), shards=3, remote=server.url, remote_timeout=1.0,
+            remote_prefix=f"log-{uuid.uuid4().hex}:", remote_refresh=False,
+        )
         try:
+            assert fanout.set("f", 1) is True
             assert cache.set("k", "v") is True
             wait_for(
                 lambda: records(caplog, "diskcache_core.listener", logging.INFO),
                 "the takeover is logged",
             )
             words = cache._remote._words  # noqa: SLF001 - the lease the listener grants
-            wait_for(words.lease_valid, "the listener grants its lease")
+            held = []  # consecutive samples of a valid lease: long enough for the watch to see
+
+            def lease_held() -> bool:
+                held.append(1) if words.lease_valid() else held.clear()
+                time.sleep(0.05)
+                return len(held) >= 10
+
+            wait_for(lease_held, "the listener holds its lease")
             assert cache.get("k") == "v"
             server.kill()
             first_failure_began = time.monotonic()
@@ -71,10 +87,12 @@ def test_a_stopped_and_restarted_redis_is_one_warning_and_one_info_with_the_down
                     cache.set(f"key{number}", number)
                 with pytest.raises(RemoteUnavailableError):
                     cache.get(f"key{number}")
+                assert fanout.set(number, number) is False  # (a give-up)
+                assert fanout.get(number, "gone") == "gone"
             # The listener's side: its lease lapses, and the elected process says so once.
             wait_for(
                 lambda: any(
-                    "has no lease" in r.getMessage()
+                    LEASE_LAPSED.search(r.getMessage()) and mine in r.getMessage()
                     for r in records(caplog, "diskcache_core.listener", logging.WARNING)
                 ),
                 "the lapsed lease is logged",
@@ -85,13 +103,15 @@ def test_a_stopped_and_restarted_redis_is_one_warning_and_one_info_with_the_down
             success_ended = time.monotonic()
             wait_for(
                 lambda: any(
-                    "has its lease again" in r.getMessage()
+                    "has its lease again" in r.getMessage() and mine in r.getMessage()
                     for r in records(caplog, "diskcache_core.listener", logging.INFO)
                 ),
                 "the lease's return is logged",
             )
+            assert fanout.set("f", 2) is True and fanout.get("f") == 2  # (restarted empty)
         finally:
             cache.close()
+            fanout.close()
 
     warnings = records(caplog, "diskcache_core.remote", logging.WARNING)
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
@@ -106,21 +126,25 @@ def test_a_stopped_and_restarted_redis_is_one_warning_and_one_info_with_the_down
     assert success_began - first_failure_ended - 0.05 <= downtime
     assert downtime <= success_ended - first_failure_began + 0.05
 
+    # The Cache's listener (a FanoutCache's shards are directories of their own, each with
+    # its listener, reported apart).
     lease_lost = [
         r for r in records(caplog, "diskcache_core.listener", logging.WARNING)
-        if "has no lease" in r.getMessage()
+        if LEASE_LAPSED.search(r.getMessage()) and mine in r.getMessage()
     ]
     assert len(lease_lost) == 1, [r.getMessage() for r in lease_lost]
     lease_back = [
         r for r in records(caplog, "diskcache_core.listener", logging.INFO)
-        if "has its lease again" in r.getMessage()
+        if "has its lease again" in r.getMessage() and mine in r.getMessage()
     ]
     assert len(lease_back) == 1
     takeovers = [
         r for r in records(caplog, "diskcache_core.listener", logging.INFO)
-        if "takes over the listener" in r.getMessage()
+        if "takes over the listener" in r.getMessage() and mine in r.getMessage()
     ]
     assert len(takeovers) == 1 and str(os.getpid()) in takeovers[0].getMessage()
+    # The listener processes wrote nothing on the application's standard error.
+    assert capfd.readouterr().err == ""
 
 
 def test_an_outage_is_reported_once_and_flapping_once_per_interval(caplog):
