@@ -26,6 +26,7 @@ from . import _reaper
 from . import _schema as sql
 from ._connections import FetchedRows
 from ._errors import DatabaseError, EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
+from ._log import CHECK as _LOG
 
 if TYPE_CHECKING:
     from ._connections import ThreadState
@@ -89,7 +90,17 @@ def check_cache(
             _check_counters(state, fix)
         if fix:  # last: rewriting the database needs room, which removing unknown files may free
             store.write(sql.VACUUM, (), retry)
+    _log_found(directory, found, fix)
     return found
+
+
+def _log_found(directory: str, found: list[warnings.WarningMessage], fix: bool) -> None:
+    """One WARNING for a check that found problems (its warnings are the details)."""
+    if found:
+        _LOG.warning(
+            "check of %r found %d problem%s%s, the first: %s", directory, len(found),
+            "" if len(found) == 1 else "s", " (repaired)" if fix else "", found[0].message,
+        )
 
 
 def _check_counters(state: Any, fix: bool) -> None:
@@ -141,6 +152,7 @@ def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMe
                     os.unlink(full_path)
             except FileNotFoundError:
                 continue
+    _log_found(directory, found, fix)
     return list(found)
 
 

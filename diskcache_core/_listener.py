@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ._log import LISTENER as _LOG
+from ._log import Outage, RateLimit
 from ._remote import RemoteStore, stamp_hash
 from ._remotewords import LEASE, RemoteWords
 
@@ -50,6 +52,10 @@ _MAX_PAUSE = 10.0  # the longest wait before restarting a listener process that 
 _BATCH_PAUSE = 0.001
 _CHANNEL = b"__redis__:invalidate"
 LOCK_FILE = "cache.db-remote.lock"
+# A lease lapsed this long is reported (`_LeaseWatch`): a listener kept off the CPU for a few
+# renewals (a loaded host) lets it lapse briefly, which is no outage.
+_LEASE_GRACE = 1.0
+_START_GRACE = 10.0  # and this long for the first grant (a new process imports, connects)
 
 
 class _Node:
@@ -174,6 +180,56 @@ class Listener:
             self._names.append(name)
 
 
+class _LeaseWatch:
+    """The elected process's view of its listener's lease, for the log: the listener process
+    logs nothing where the application would see it (its standard error is the application's,
+    its logging unconfigured), so the process that started it reports for it. A lease not
+    granted within `_START_GRACE` of the start is a WARNING (and its grant then an INFO); one
+    that lapses for `_LEASE_GRACE` after a grant (the listener's connections to Redis failed)
+    is a WARNING, its return an INFO with how long it was gone (`Outage`)."""
+
+    def __init__(self, directory: str, words: RemoteWords) -> None:
+        self._directory = directory
+        self._words = words
+        self._outage = Outage(
+            _LOG, f"the listener of {directory!r}", "has no lease", "has its lease again"
+        )
+        self._started = time.monotonic()
+        self._granted = False
+        self._slow = False  # no grant within _START_GRACE: said so
+        self._lapsed_since = 0.0
+
+    def check(self) -> None:
+        """Look at the lease once (every few tens of milliseconds, from the supervisor)."""
+        now = time.monotonic()
+        if self._words.lease_valid():
+            if not self._granted:
+                self._granted = True
+                if self._slow:
+                    _LOG.info(
+                        "the listener of %r has its lease, %.1f s after it started",
+                        self._directory, now - self._started,
+                    )
+            self._lapsed_since = 0.0
+            if self._outage.down_since:
+                self._outage.recovered()
+        elif not self._granted:
+            if not self._slow and now - self._started >= _START_GRACE:
+                self._slow = True
+                _LOG.warning(
+                    "the listener of %r has no lease %.0f s after it started (it cannot reach"
+                    " the remote, or cannot start): no copy of this host is served, every read"
+                    " asks Redis", self._directory, now - self._started,
+                )
+        elif not self._lapsed_since:
+            self._lapsed_since = now
+        elif now - self._lapsed_since >= _LEASE_GRACE:
+            self._outage.failed(
+                "the listener process cannot reach the remote (or died): no copy of this host"
+                " is served, every read asks Redis", self._lapsed_since,
+            )
+
+
 class ListenerThread(threading.Thread):
     """This process's candidate for listener of one directory: it competes for the lock, and
     while it holds it, runs the listener in a child process of its own (_listenerchild.py),
@@ -222,7 +278,13 @@ class ListenerThread(threading.Thread):
                     continue
                 try:
                     self._words.set_lease(0.0)  # the previous listener's lease ends here
+                    previous = self._words.listener_pid()
                     self._words.set_listener(os.getpid())
+                    _LOG.info(
+                        "process %d takes over the listener of %r%s", os.getpid(),
+                        self._directory,
+                        f" from process {previous}" if previous not in (0, os.getpid()) else "",
+                    )
                     self._supervise()
                 finally:
                     self._words.set_lease(0.0)
@@ -240,6 +302,8 @@ class ListenerThread(threading.Thread):
             "parent": os.getpid(),
         }).encode()
         pause = _RETRY_PAUSE
+        watch = _LeaseWatch(self._directory, self._words)
+        deaths = RateLimit()
         while not self._stop_event.is_set():
             started = time.monotonic()
             child = subprocess.Popen(
@@ -255,6 +319,7 @@ class ListenerThread(threading.Thread):
                 pass
             while not self._stop_event.is_set() and child.poll() is None:
                 self._stop_event.wait(_RETRY_PAUSE / 4)
+                watch.check()
             self._words.set_lease(0.0)
             if child.poll() is None:
                 child.terminate()
@@ -268,6 +333,12 @@ class ListenerThread(threading.Thread):
             pause = _RETRY_PAUSE if time.monotonic() - started > _MAX_PAUSE else min(
                 pause * 2, _MAX_PAUSE
             )
+            if not self._stop_event.is_set() and (skipped := deaths.allow()) is not None:
+                _LOG.warning(
+                    "the listener process of %r exited (status %s); another starts in %.1f s%s",
+                    self._directory, child.returncode, pause,
+                    f" ({skipped} more exits not reported before it)" if skipped else "",
+                )
             if not self._stop_event.is_set():
                 self._stop_event.wait(pause)
 

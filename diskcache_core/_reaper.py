@@ -24,6 +24,8 @@ import warnings
 from typing import Any, Iterable
 
 from ._errors import UnsafeValueFileError
+from ._log import DISK as _LOG
+from ._log import RateLimit
 
 __all__ = ["drain", "remove_later", "remove_now"]
 
@@ -35,6 +37,7 @@ _EXIT_WAIT = 5.0  # seconds the interpreter's exit waits for queued removals
 # tried again, every _RETRY_GAP seconds, up to _TRIES times in all, then reported.
 _TRIES = 30
 _RETRY_GAP = 1.0
+_NOT_REMOVED = RateLimit()  # one log line a minute for value files left behind
 
 
 def remove_now(disk: Any, name: str, tries: int = 1) -> None:
@@ -44,6 +47,7 @@ def remove_now(disk: Any, name: str, tries: int = 1) -> None:
         disk.remove(name)
     except UnsafeValueFileError as exc:
         warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        _log_not_removed(name, exc)
     except FileNotFoundError:
         pass  # already gone
     except OSError as exc:
@@ -60,6 +64,19 @@ def _report(disk: Any, name: str, exc: Exception) -> None:
         RuntimeWarning,
         stacklevel=2,
     )
+    _log_not_removed(name, exc)
+
+
+def _log_not_removed(name: str, exc: Exception) -> None:
+    """A WARNING that a released value file stays (check(fix=True) removes it), at most one
+    a minute (the others counted into the next)."""
+    skipped = _NOT_REMOVED.allow()
+    if skipped is not None:
+        more = f"; {skipped} more files not removed before it" if skipped else ""
+        _LOG.warning(
+            "value file %r could not be removed (%r): it stays until check(fix=True)%s",
+            name, exc, more,
+        )
 
 
 class _Reaper:

@@ -25,6 +25,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ._errors import RemoteError, RemoteUnavailableError
+from ._log import REMOTE as _LOG
+from ._log import outage_for
 from ._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
 __all__ = [
@@ -57,10 +59,15 @@ if ARGV[2] == '' then redis.call('SET', KEYS[1], updated)
 else redis.call('SET', KEYS[1], updated, 'PXAT', ARGV[2]) end
 return 1
 """
-# Delete the item if its tag field (length and bytes, from offset 11) is ARGV[1].
+# Delete the item if its tag field (length and bytes, from offset 11) is one of ARGV[2...]
+# (`tag_fields`: the spellings of one tag), ARGV[1] bytes at most.
 _EVICT_TAG = """
-local current = redis.call('GETRANGE', KEYS[1], 11, 10 + string.len(ARGV[1]))
-if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+local current = redis.call('GETRANGE', KEYS[1], 11, 10 + tonumber(ARGV[1]))
+for i = 2, #ARGV do
+  if string.sub(current, 1, string.len(ARGV[i])) == ARGV[i] then
+    return redis.call('DEL', KEYS[1])
+  end
+end
 return 0
 """
 _SCAN_COUNT = 500
@@ -171,10 +178,26 @@ def _decode_tag(data: bytes) -> Any:
     return float(body)
 
 
-def tag_field(tag: Any) -> bytes:
-    """A tag as `_EVICT_TAG` compares it: its length, then its encoded form."""
-    data = _encode_tag(tag)
-    return struct.pack(">H", len(data)) + data
+def tag_fields(tag: Any) -> list[bytes]:
+    """Every tag field (its length, then its encoded form) of a tag that SQLite finds equal to
+    `tag`, for `_EVICT_TAG`: SQLite compares an INTEGER and a REAL by their values (exactly),
+    so ``1``, ``1.0`` and ``True`` (stored as 1) are one tag, and ``0.0`` and ``-0.0`` are ``0``.
+    A stored tag keeps its own spelling (``get(tag=True)`` returns it as it was set, as SQLite
+    does); only the comparison takes them all."""
+    spellings = [_encode_tag(tag)]
+    kind = type(tag)
+    if kind is int or kind is bool:
+        number = float(tag)  # exact for the tags a float equals; int64 tags never overflow
+        if number == tag:
+            spellings.append(_encode_tag(number))
+            if not number:
+                spellings.append(_encode_tag(-0.0))
+    elif kind is float and tag.is_integer():
+        if -_INT64 <= tag < _INT64:
+            spellings.append(_encode_tag(int(tag)))
+        if not tag:
+            spellings.append(_encode_tag(-tag))
+    return [struct.pack(">H", len(data)) + data for data in dict.fromkeys(spellings)]
 
 
 def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -> bytes:
@@ -248,6 +271,8 @@ class RemoteStore:
     def __init__(self, url: str, prefix: bytes, timeout: float) -> None:
         self.url = check_remote_url(url)
         self.prefix = prefix
+        # Reachability as this process sees it, shared by every store of the URL (_log.py).
+        self._outage = outage_for(_LOG, _outage_name(self.url))
         self.timeout = timeout
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
@@ -273,9 +298,12 @@ class RemoteStore:
     def call(self, function: Callable[[], _T]) -> _T:
         """Run one client call, translating redis-py's errors into the library's."""
         try:
-            return function()
+            result = function()
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return result
 
     # --- items --------------------------------------------------------------------------------
 
@@ -284,9 +312,12 @@ class RemoteStore:
 
     def get(self, name: bytes) -> bytes | None:
         try:
-            return self.client.execute_command("GET", name)  # type: ignore[no-any-return]
+            data: bytes | None = self.client.execute_command("GET", name)
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return data
 
     def get_many(self, names: list[bytes]) -> list[bytes | None]:
         """The value of each name: one MGET (on a cluster, one per slot, as redis-py splits it)."""
@@ -295,9 +326,12 @@ class RemoteStore:
         if self.cluster:
             return self.call(lambda: self.client.mget_nonatomic(names))
         try:
-            return self.client.execute_command("MGET", *names)  # type: ignore[no-any-return]
+            found: list[bytes | None] = self.client.execute_command("MGET", *names)
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return found
 
     def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
         """SET (NX for add), with the expiry as Redis's own absolute TTL."""
@@ -308,15 +342,21 @@ class RemoteStore:
         if only_new:
             args += ("NX",)
         try:
-            return bool(self.client.execute_command(*args))
+            stored = bool(self.client.execute_command(*args))
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return stored
 
     def delete(self, name: bytes) -> bool:
         try:
-            return bool(self.client.execute_command("DEL", name))
+            removed = bool(self.client.execute_command("DEL", name))
         except _REDIS_ERRORS as exc:
             raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return removed
 
     def pop(self, name: bytes) -> bytes | None:
         return self.call(lambda: self.client.getdel(name))  # type: ignore[no-any-return]
@@ -365,12 +405,13 @@ class RemoteStore:
         return int(self.call(lambda: self.client.delete(*names)))
 
     def evict_tag(self, names: list[bytes], tag: Any) -> int:
-        field = tag_field(tag)
+        fields = tag_fields(tag)
+        args = [max(map(len, fields)), *fields]
         return sum(
             int(result)
             for result in self.call(
                 lambda: self._each(
-                    names, lambda pipe, name: self._evict_tag(keys=[name], args=[field], client=pipe)
+                    names, lambda pipe, name: self._evict_tag(keys=[name], args=args, client=pipe)
                 )
             )
         )
@@ -405,8 +446,20 @@ class RemoteStore:
         return clients
 
     def close(self) -> None:
+        """Close the connections no call is using. A call in flight on another thread goes on
+        to its answer (the application's close is no outage, and a write's outcome stays
+        known); its connection goes back to the pool, and is closed by a later close or with
+        the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
         try:
-            self.client.close()
+            if self.cluster:
+                pools = [
+                    node.redis_connection.connection_pool
+                    for node in self.client.get_nodes() if node.redis_connection is not None
+                ]
+            else:
+                pools = [self.client.connection_pool]
+            for pool in pools:
+                pool.disconnect(inuse_connections=False)
         except _REDIS_ERRORS:
             pass
 
@@ -442,9 +495,16 @@ def _translated(exc: Exception, url: str) -> Exception:
     ):
         return RemoteError(f"remote {where}: authentication failed ({exc})")
     if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
         return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
     if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():
         return RemoteError(f"remote cluster {where}: authentication failed ({exc})")
     if isinstance(exc, (redis.exceptions.ClusterError, redis.exceptions.RedisClusterException)):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
         return RemoteUnavailableError(f"remote cluster {where}: {exc}")
     return RemoteError(f"remote {where}: {exc}")
+
+
+def _outage_name(url: str) -> str:
+    """What the log calls a remote (its URL without the password)."""
+    return f"remote {safe_url(url)}"
