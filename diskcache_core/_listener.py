@@ -68,9 +68,10 @@ _UNREACHABLE_WAIT = 1.0  # before trying again a node worth listening on that di
 _UNREACHABLE_MAX = 60.0  # (the wait doubles each time it does not answer, up to this)
 _WARN_EVERY = 60.0  # the most often a lasting "cannot listen" is logged
 _LOG = logging.getLogger("diskcache_core.remote.listener")
-if not any(isinstance(h, logging.NullHandler) for h in logging.getLogger("diskcache_core").handlers):
+_PACKAGE_LOG = logging.getLogger("diskcache_core")
+if not any(isinstance(handler, logging.NullHandler) for handler in _PACKAGE_LOG.handlers):
     # A library's logging prints nothing unless the application configures it.
-    logging.getLogger("diskcache_core").addHandler(logging.NullHandler())
+    _PACKAGE_LOG.addHandler(logging.NullHandler())
 
 
 def _serving(missing: set[Address | str]) -> str:
@@ -85,7 +86,7 @@ def _shown(node: Address | str) -> str:
 
 
 class _Node:
-    """The two connections of one primary."""
+    """The two connections of one node (the server, or a node of a cluster)."""
 
     def __init__(self, client: Any, prefix: bytes, address: Address) -> None:
         # `client` speaks RESP2: there the invalidations arrive as plain pub/sub messages.
@@ -242,7 +243,7 @@ class Listener:
     def _views(self, nodes: list[tuple[Address, _Node]]) -> Topology:
         """The merged views of the nodes listened on (their tracking connections answer)."""
         if not nodes:
-            raise ConnectionError("no node of the cluster answered")
+            raise _Uncovered("the cluster (no node answered)")
         for _, node in nodes:
             node.tracker.send_command("CLUSTER", "NODES")
         view = Topology()
@@ -279,8 +280,8 @@ class Listener:
             self._warned_at = now
             _LOG.warning(
                 "remote prefix %r: the listener cannot listen on %s; this host serves no "
-                "local copies (it reads Redis) until it can (%.1f s so far)", self._remote.prefix.decode("utf-8", "replace"), exc,
-                now - self._uncovered_since,
+                "local copies (it reads Redis) until it can (%.1f s so far)",
+                self._remote.prefix.decode("utf-8", "replace"), exc, now - self._uncovered_since,
             )
 
     def _covered(self) -> None:
@@ -460,6 +461,7 @@ class _ChildLog:
         self._pending = b""
 
     def forward(self) -> None:
+        """Log the lines the listener process wrote since the last call (never waits)."""
         while True:
             try:
                 data = os.read(self._fd, 65536)

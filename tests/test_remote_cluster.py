@@ -34,7 +34,7 @@ pytestmark = [
 ]
 
 # A read may return the old value this long after the write returned: the documented bound after
-# a topology change is one check of the listener (0.25 s) and a lease; generous for a loaded machine.
+# a topology change is one check of the listener (0.25 s) and a lease; generous under load.
 BOUND = 0.5
 WAIT = 60.0  # the longest any awaited event may take before the test fails
 NODE_TIMEOUT = 2000  # ms before the cluster takes a silent primary for failed
