@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import struct
 import sys
 import time
@@ -177,7 +178,8 @@ def _forward_logs() -> None:
     package.setLevel(logging.INFO)  # the electing process's configuration filters them
     package.propagate = False
     try:
-        os.set_blocking(1, False)  # a full pipe drops lines rather than stop the listener
+        if stat.S_ISFIFO(os.fstat(1).st_mode):
+            os.set_blocking(1, False)  # a full pipe drops lines rather than stop the listener
     except OSError:
         pass
 
