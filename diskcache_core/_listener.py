@@ -12,19 +12,31 @@ Election: every process using the directory runs a `ListenerThread`, which tries
 exclusive ``flock`` on ``cache.db-remote.lock``. The one that has it listens; the others retry
 every `_ELECTION_POLL`. The kernel drops the lock when its holder dies, however it dies.
 
-Listening, per primary (one for a single server, each primary of a cluster): a subscribed
-connection and a tracking connection redirected to it. Once all are set up, every stamp is
-renewed (`RemoteWords.renew_all`: whatever was copied before may have changed unheard), and then
-the lease is renewed every `_RENEW` while the connections are healthy (a PING every
-`_PING_EVERY`), never beyond the last healthy moment plus ``max_staleness``. Each invalidated
-name bumps its bucket's stamp; a flush (no names) renews all. On any connection error the lease
-is cleared at once, and listening starts over (with renewed stamps) after a pause.
+Listening, per node (the server; on a cluster, every node that serves slots and every healthy
+replica, see _topology.py): a subscribed connection and a tracking connection redirected to it.
+Once all are set up, every stamp is renewed (`RemoteWords.renew_all`: whatever was copied before
+may have changed unheard), and then the lease is renewed every `_RENEW` while the connections are
+healthy (a PING every `_PING_EVERY`), never beyond the last healthy moment plus
+``max_staleness``. Each invalidated name bumps its bucket's stamp; a flush (no names) renews
+all. On any connection error the lease is cleared at once, and listening starts over (with
+renewed stamps) after a pause.
+
+A cluster's topology is the listener's own, read afresh with ``CLUSTER NODES`` each time it
+starts over and every `_PING_EVERY` (in place of the PING) from every node it listens on: a
+node serving slots (or importing one) that it does not listen on ends the lease at once, and no
+lease is granted until it listens on every such node (a primary that is down and not replaced
+leaves the host without copies: a WARNING says so, at most every `_WARN_EVERY`); a healthy node
+it does not listen on yet (a primary added, a node back) makes it start over with it. Listening
+on replicas too, it already listens on the one promoted at a failover: Redis keeps a
+connection's tracking across the promotion. Log records of the listener process are handed to
+the electing process (`_ChildLog`), whose logging the application configures.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import select
 import subprocess
@@ -37,6 +49,7 @@ from ._log import LISTENER as _LOG
 from ._log import Outage, RateLimit
 from ._remote import RemoteStore, stamp_hash
 from ._remotewords import LEASE, RemoteWords
+from ._topology import Address, Topology
 
 __all__ = ["Listener", "ListenerThread", "listener_for", "release_listener", "stop_electing"]
 
@@ -56,13 +69,29 @@ LOCK_FILE = "cache.db-remote.lock"
 # renewals (a loaded host) lets it lapse briefly, which is no outage.
 _LEASE_GRACE = 1.0
 _START_GRACE = 10.0  # and this long for the first grant (a new process imports, connects)
+_CONNECT_ROUNDS = 3  # rounds of asking the nodes listened on which others there are
+_UNREACHABLE_WAIT = 1.0  # before trying again a node worth listening on that did not answer
+_UNREACHABLE_MAX = 60.0  # (the wait doubles each time it does not answer, up to this)
+_WARN_EVERY = 60.0  # the most often a lasting "cannot listen" is logged
+
+
+def _serving(missing: set[Address | str]) -> str:
+    return ", ".join(sorted(map(_shown, missing))) + ", serving Redis Cluster slots"
+
+
+def _shown(node: Address | str) -> str:
+    """A node for a message: host:port, or its id when no address is known."""
+    if isinstance(node, str):
+        return f"node {node}"
+    return f"{node[0]}:{node[1]}"
 
 
 class _Node:
-    """The two connections of one primary."""
+    """The two connections of one node (the server, or a node of a cluster)."""
 
-    def __init__(self, client: Any, prefix: bytes) -> None:
+    def __init__(self, client: Any, prefix: bytes, address: Address) -> None:
         # `client` speaks RESP2: there the invalidations arrive as plain pub/sub messages.
+        self.address = address
         pool = client.connection_pool
         self.subscriber = pool.make_connection()
         self.tracker = pool.make_connection()
@@ -98,13 +127,23 @@ class _Node:
                 pass
 
 
+class _Uncovered(ConnectionError):
+    """A cluster node that serves slots is not listened on: no lease."""
+
+
+class _TopologyChanged(ConnectionError):
+    """A node worth listening on appeared: start over with it."""
+
+
 class Listener:
     """The listening itself (module docstring), run by the elected listener process."""
 
     def __init__(
         self, remote: RemoteStore, words: RemoteWords, max_staleness: float,
         stopped: Callable[[], bool], changed: Callable[[list[bytes]], None] | None = None,
+        nodes: list[Address] | None = None,
     ) -> None:
+        """`nodes`: cluster nodes to ask for the topology before the URL's."""
         self._remote = remote
         self._words = words
         self._max_staleness = max_staleness
@@ -113,22 +152,149 @@ class Listener:
         # bumped: the refresher (_listenerchild.py) renews the host's copies of them.
         self._changed = changed
         self._names: list[bytes] = []
+        self._known: list[Address] = list(nodes or [])  # asked for the topology first
+        # Cluster nodes worth listening on that did not answer: when to try again, and the
+        # wait after that (doubling), so that an unreachable replica does not make the
+        # listener start over (and drop the host's copies) in a loop.
+        self._unreachable: dict[Address, tuple[float, float]] = {}
+        self._uncovered_since: float | None = None
+        self._warned_at = -_WARN_EVERY
 
     def run(self) -> None:
         """Listen until stopped, starting over after any connection error."""
         while not self._stopped():
-            nodes: list[_Node] = []
+            nodes: dict[Address, _Node] = {}
             try:
-                prefix = self._remote.prefix
-                nodes = [_Node(client, prefix) for client in self._remote.primaries()]
+                nodes = self._connect()
                 self._words.renew_all()
-                self._listen(nodes)
+                self._covered()
+                self._listen(list(nodes.values()))
+            except _Uncovered as exc:
+                self._words.set_lease(0.0)
+                self._uncovered(exc)
+                time.sleep(_RETRY_PAUSE)
             except Exception:  # noqa: BLE001 - any failure: no lease, then start over
                 self._words.set_lease(0.0)
                 time.sleep(_RETRY_PAUSE)
             finally:
-                for node in nodes:
+                for node in nodes.values():
                     node.close()
+
+    # --- the cluster's topology (_topology.py) ----------------------------------------------
+
+    def _connect(self) -> dict[Address, _Node]:
+        """Listen on the server, or on every node of the cluster worth it: raise `_Uncovered`
+        unless all those that serve slots are listened on."""
+        prefix = self._remote.prefix
+        if not self._remote.cluster:
+            seed = self._remote.seed()
+            return {seed: _Node(self._remote.listener_client(), prefix, seed)}
+        nodes: dict[Address, _Node] = {}
+        try:
+            view = self._ask_any()
+            tried: set[Address] = set()
+            for _ in range(_CONNECT_ROUNDS):  # a node's view may name nodes another's lacked
+                required = view.required()
+                targets = sorted(
+                    address for address in view.wanted()
+                    if address not in nodes and address not in tried
+                    and (address in required or self._may_try(address))
+                )
+                if not targets:
+                    break
+                for address in targets:
+                    tried.add(address)
+                    try:
+                        client = self._remote.listener_client(address)
+                        nodes[address] = _Node(client, prefix, address)
+                    except Exception:  # noqa: BLE001 - not answering: maybe it need not
+                        self._failed(address)
+                    else:
+                        self._unreachable.pop(address, None)
+                view = self._views(list(nodes.items()))
+            missing = view.required() - nodes.keys()
+            if missing:
+                raise _Uncovered(_serving(missing))
+        except BaseException:
+            for node in nodes.values():
+                node.close()
+            raise
+        return nodes
+
+    def _ask_any(self) -> Topology:
+        """The topology as the first node that answers sees it: nodes seen before first (the
+        URL's node may be the one that failed), the URL's last."""
+        seed = self._remote.seed()
+        order = [address for address in self._known if address not in self._unreachable]
+        order += [address for address in self._known if address in self._unreachable]
+        asked = [*order, seed] if seed not in order else order
+        for address in asked:
+            client: Any = self._remote.listener_client(address)
+            try:
+                reply = client.execute_command("CLUSTER", "NODES")
+            except Exception:  # noqa: BLE001 - try the next one
+                continue
+            finally:
+                client.close()
+            view = Topology()
+            view.add(reply)
+            return view
+        raise _Uncovered(f"the cluster (no node answered: {', '.join(map(_shown, asked))})")
+
+    def _views(self, nodes: list[tuple[Address, _Node]]) -> Topology:
+        """The merged views of the nodes listened on (their tracking connections answer)."""
+        if not nodes:
+            raise _Uncovered("the cluster (no node answered)")
+        for _, node in nodes:
+            node.tracker.send_command("CLUSTER", "NODES")
+        view = Topology()
+        for _, node in nodes:
+            view.add(node.tracker.read_response())
+        self._known = view.known()
+        return view
+
+    def _check(self, nodes: list[_Node]) -> None:
+        """The periodic check of a cluster's topology (it also serves as the PING)."""
+        view = self._views([(node.address, node) for node in nodes])
+        listened = {node.address for node in nodes}
+        missing = view.required() - listened
+        if missing:
+            raise _Uncovered(_serving(missing))
+        if any(address not in listened and self._may_try(address) for address in view.wanted()):
+            raise _TopologyChanged("a node to listen on appeared")
+
+    def _may_try(self, address: Address) -> bool:
+        retry = self._unreachable.get(address)
+        return retry is None or time.monotonic() >= retry[0]
+
+    def _failed(self, address: Address) -> None:
+        wait = self._unreachable.get(address, (0.0, _UNREACHABLE_WAIT / 2))[1] * 2
+        wait = min(wait, _UNREACHABLE_MAX)
+        self._unreachable[address] = (time.monotonic() + wait, wait)
+
+    def _uncovered(self, exc: _Uncovered) -> None:
+        """Say (at most every `_WARN_EVERY`) that this host serves no copies, and why."""
+        now = time.monotonic()
+        if self._uncovered_since is None:
+            self._uncovered_since = now
+        if now - self._warned_at >= _WARN_EVERY:
+            self._warned_at = now
+            _LOG.warning(
+                "remote prefix %r: the listener cannot listen on %s; this host serves no "
+                "local copies (it reads Redis) until it can (%.1f s so far)",
+                self._remote.prefix.decode("utf-8", "replace"), exc, now - self._uncovered_since,
+            )
+
+    def _covered(self) -> None:
+        since, self._uncovered_since = self._uncovered_since, None
+        if since is not None:
+            self._warned_at = -_WARN_EVERY
+            _LOG.info(
+                "remote prefix %r: the listener listens on every primary again, after %.1f s",
+                self._remote.prefix.decode("utf-8", "replace"), time.monotonic() - since,
+            )
+
+    # --- listening ------------------------------------------------------------------------
 
     def _listen(self, nodes: list[_Node]) -> None:
         words = self._words
@@ -154,8 +320,11 @@ class Listener:
                     self._changed(names)
             now = time.time()
             if now - pinged >= _PING_EVERY:
-                for node in nodes:
-                    node.ping()
+                if self._remote.cluster:
+                    self._check(nodes)  # may start over: see _check
+                else:
+                    for node in nodes:
+                        node.ping()
                 healthy = pinged = time.time()
             words.set_lease(min(now + LEASE, healthy + self._max_staleness))
             if handled:
@@ -299,7 +468,7 @@ class ListenerThread(threading.Thread):
             "directory": self._directory, "url": self._remote.url,
             "prefix": self._remote.prefix.decode("utf-8"), "timeout": self._remote.timeout,
             "max_staleness": self._max_staleness, "refresh": self._refresh,
-            "parent": os.getpid(),
+            "parent": os.getpid(), "nodes": self._remote.known_nodes(),
         }).encode()
         pause = _RETRY_PAUSE
         watch = _LeaseWatch(self._directory, self._words)
@@ -308,7 +477,7 @@ class ListenerThread(threading.Thread):
             started = time.monotonic()
             child = subprocess.Popen(
                 [sys.executable, "-m", "diskcache_core._listenerchild"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, close_fds=True,
+                stdout=subprocess.PIPE, close_fds=True,
             )
             self.child = child
             try:
@@ -317,9 +486,13 @@ class ListenerThread(threading.Thread):
                 child.stdin.close()
             except OSError:
                 pass
+            assert child.stdout is not None
+            logs = _ChildLog(child.stdout.fileno())
             while not self._stop_event.is_set() and child.poll() is None:
                 self._stop_event.wait(_RETRY_PAUSE / 4)
                 watch.check()
+                logs.forward()
+            logs.forward()
             self._words.set_lease(0.0)
             if child.poll() is None:
                 child.terminate()
@@ -328,6 +501,7 @@ class ListenerThread(threading.Thread):
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            child.stdout.close()
             # It died: start another after a pause, longer each time it dies young (say, when
             # sys.executable cannot run it), so as not to spawn processes in a loop.
             pause = _RETRY_PAUSE if time.monotonic() - started > _MAX_PAUSE else min(
@@ -341,6 +515,32 @@ class ListenerThread(threading.Thread):
                 )
             if not self._stop_event.is_set():
                 self._stop_event.wait(pause)
+
+
+class _ChildLog:
+    """The listener process's log lines (``<level> <logger> <message>``, see
+    _listenerchild.py), logged in this process, where the application configured logging."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._pending = b""
+
+    def forward(self) -> None:
+        """Log the lines the listener process wrote since the last call (never waits)."""
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not data:
+                return
+            *lines, self._pending = (self._pending + data).split(b"\n")
+            for line in lines:
+                level, _, rest = line.decode("utf-8", "replace").partition(" ")
+                name, _, message = rest.partition(" ")
+                if level.isdigit() and name.startswith("diskcache_core"):
+                    logging.getLogger(name).log(int(level), "%s", message)
 
 
 # One candidate per directory in this process, shared by the caches that use it.

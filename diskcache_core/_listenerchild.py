@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import signal
+import stat
 import struct
 import sys
 import time
@@ -40,7 +42,6 @@ _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
 _LISTENER_PRIORITY = -5
 _REFRESHER_PRIORITY = 10  # below the application: renewing copies is background work
-_CONNECT_PAUSE = 0.2  # seconds between attempts to reach a cluster that cannot be reached
 
 
 class RefreshPipe:
@@ -147,12 +148,53 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
+def _read_config() -> dict[str, Any] | None:
+    """The settings on standard input; None when they are not all there."""
+    try:
+        config = json.loads(sys.stdin.buffer.read())
+        int(config["parent"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+class _ParentLog(logging.Handler):
+    """Hands this process's log records to the electing process, which logs them through its
+    own logging (`ListenerThread`): one line each on standard output, a pipe it reads."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record).replace("\n", " ")
+            os.write(1, f"{record.levelno} {record.name} {text}\n".encode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 - a log line never stops the listener
+            pass
+
+
+def _forward_logs() -> None:
+    handler = _ParentLog()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package = logging.getLogger("diskcache_core")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)  # the electing process's configuration filters them
+    package.propagate = False
+    try:
+        if stat.S_ISFIFO(os.fstat(1).st_mode):
+            os.set_blocking(1, False)  # a full pipe drops lines rather than stop the listener
+    except OSError:
+        pass
+
+
 def main() -> int:
     """The listener process. It ends with its parent: SIGTERM on the parent's death (Linux),
     else when it sees it has gone."""
-    config: dict[str, Any] = json.loads(sys.stdin.buffer.read())
+    config = _read_config()
+    if config is None:
+        # The electing process left before handing over its settings (an os._exit right
+        # after opening the cache): nothing to do; the next elected process starts another.
+        return 0
     parent = int(config["parent"])
     _die_with(parent)
+    _forward_logs()
     changed: Callable[[list[bytes]], None] | None = None
     if config.get("refresh", True):
         read_end, write_end = os.pipe()
@@ -174,16 +216,13 @@ def main() -> int:
         pass
     prefix = config["prefix"].encode("utf-8")
     max_staleness = float(config["max_staleness"])
-    while True:  # a cluster client connects when made: not before Redis can be reached
-        try:
-            remote = RemoteStore(config["url"], prefix, float(config["timeout"]))
-            break
-        except DiskCacheError:  # no lease meanwhile: this host reads Redis itself
-            if os.getppid() != parent:
-                return 0
-            time.sleep(_CONNECT_PAUSE)
+    # No cluster client: the listener asks the nodes for the topology itself (_listener.py).
+    remote = RemoteStore(config["url"], prefix, float(config["timeout"]), connect=False)
     words = RemoteWords(config["directory"], prefix)
-    Listener(remote, words, max_staleness, lambda: os.getppid() != parent, changed).run()
+    nodes = [(str(host), int(port)) for host, port in config.get("nodes", [])]
+    Listener(
+        remote, words, max_staleness, lambda: os.getppid() != parent, changed, nodes
+    ).run()
     return 0
 
 

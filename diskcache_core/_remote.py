@@ -268,7 +268,9 @@ def stamp_hash(name: bytes) -> int:
 class RemoteStore:
     """One cache's view of the remote: its client, its prefix, and one method per command."""
 
-    def __init__(self, url: str, prefix: bytes, timeout: float) -> None:
+    def __init__(self, url: str, prefix: bytes, timeout: float, connect: bool = True) -> None:
+        """`connect=False`: no cluster client for the commands (one connects when made; the
+        listener needs only connections of its own, made by `listener_client`)."""
         self.url = check_remote_url(url)
         self.prefix = prefix
         # Reachability as this process sees it, shared by every store of the URL (_log.py).
@@ -277,9 +279,12 @@ class RemoteStore:
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        self.client: Any = None
+        if self.cluster and not connect:
+            return
         try:
             if self.cluster:
-                self.client: Any = redis.cluster.RedisCluster.from_url(
+                self.client = _ClusterClient.from_url(
                     plain_url, **options, **_NO_CLUSTER_RETRIES
                 )
             else:
@@ -424,32 +429,45 @@ class RemoteStore:
 
     # --- the listener's connections -----------------------------------------------------------
 
-    def primaries(self) -> list[redis.Redis]:
-        """A new RESP2 client per primary (one for a single server), for the listener: it
-        reads subscription replies and invalidations as RESP2 messages, whatever protocol the
-        URL asks the other connections for."""
+    def listener_client(self, address: tuple[str, int] | None = None) -> redis.Redis:
+        """A new RESP2 client for the listener: of the URL's server, or of the cluster node at
+        `address` (with the URL's credentials and options). RESP2: the listener reads
+        subscription replies and invalidations as RESP2 messages, whatever protocol the URL
+        asks the other connections for."""
         options = {
             "socket_timeout": self.timeout, "socket_connect_timeout": self.timeout, "protocol": 2,
         }
-        resp2_url = _without_option(self._plain_url, "protocol")[0]
-        if not self.cluster:
-            return [redis.Redis.from_url(resp2_url, **options)]
-        nodes = self.call(lambda: self.client.get_primaries())
-        parts = urlsplit(resp2_url)
-        clients = []
-        for node in nodes:
+        url = _without_option(self._plain_url, "protocol")[0]
+        if address is not None:
+            parts = urlsplit(url)
+            host, port = address
             credentials = parts.netloc.rpartition("@")[0]
             netloc = f"{credentials}@" if credentials else ""
-            netloc += f"[{node.host}]:{node.port}" if ":" in node.host else f"{node.host}:{node.port}"
+            netloc += f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             url = urlunsplit(parts._replace(netloc=netloc))
-            clients.append(redis.Redis.from_url(url, **options))
-        return clients
+        return redis.Redis.from_url(url, **options)
+
+    def known_nodes(self) -> list[tuple[str, int]]:
+        """The cluster nodes this process's client knows (none for a single server)."""
+        if self.client is None or not self.cluster:
+            return []
+        try:
+            return sorted((node.host, int(node.port)) for node in self.client.get_nodes())
+        except (*_REDIS_ERRORS, AttributeError, TypeError, ValueError):
+            return []
+
+    def seed(self) -> tuple[str, int]:
+        """The address of the URL's server (for a cluster: the node to ask first)."""
+        parts = urlsplit(self._plain_url)
+        return parts.hostname or "localhost", parts.port or 6379
 
     def close(self) -> None:
         """Close the connections no call is using. A call in flight on another thread goes on
         to its answer (the application's close is no outage, and a write's outcome stays
         known); its connection goes back to the pool, and is closed by a later close or with
         the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
+        if self.client is None:
+            return
         try:
             if self.cluster:
                 pools = [
@@ -462,6 +480,21 @@ class RemoteStore:
                 pool.disconnect(inuse_connections=False)
         except _REDIS_ERRORS:
             pass
+
+
+class _ClusterClient(redis.cluster.RedisCluster):
+    """redis-py's cluster client, its failures while following a redirection raised as the
+    `ClusterError` they are. redis-py 8 raises AttributeError for an ``ASK`` to a node it has
+    not met yet (a primary added since it read the topology, while a slot moves to it) and for
+    a redirection loop it gives up on: the command was refused, not run."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except AttributeError as exc:
+            raise redis.exceptions.ClusterError(
+                f"redis-py could not follow a redirection ({exc})"
+            ) from exc
 
 
 def _glob_escape(prefix: bytes) -> bytes:

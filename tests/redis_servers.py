@@ -1,4 +1,5 @@
-"""Real redis-server processes for the tests: a single server and a 3-primary Redis Cluster.
+"""Real redis-server processes for the tests: a single server and a Redis Cluster (3 primaries,
+optionally with replicas).
 
 Built on the benchmark harness's servers (benchmarks/servers.py): 127.0.0.1 only, free ports
 picked here, their own working directories, always stopped by the code that started them (and
@@ -160,12 +161,19 @@ class RedisTestServer(RedisServer):
 
 
 class RedisTestCluster:
-    """A real Redis Cluster of three primaries on loopback (no replicas), slots split evenly."""
+    """A real Redis Cluster on loopback: three primaries, slots split evenly, and `replicas`
+    replicas of each (``cluster-replicas``). Nodes can be killed (SIGKILL) and restarted on
+    their port with their ``nodes.conf`` (a restarted former primary rejoins as a replica),
+    failed over by hand, and primaries added."""
 
-    def __init__(self) -> None:
+    def __init__(self, replicas: int = 0, node_timeout: int = 5000) -> None:
+        self.replicas = replicas
+        self.node_timeout = node_timeout
         self.ports: list[int] = []
         self.processes: list[subprocess.Popen[bytes]] = []
         self._workdir = ""
+        self._binary = ""
+        self._dirs: dict[int, str] = {}
 
     @property
     def url(self) -> str:
@@ -189,18 +197,11 @@ class RedisTestCluster:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: apt-get install redis-server")
+        self._binary = binary
         self._workdir = tempfile.mkdtemp(prefix="test-redis-cluster-")
-        for number in range(3):
-            for _attempt in range(5):  # a free port may be taken by someone else meanwhile
-                port, process = self._launch(binary, number)
-                if self._wait_answer(port, process):
-                    break
-                process.kill()
-                process.wait(timeout=10)
-            else:
-                raise RuntimeError(f"cluster node {number} did not start")
-            self.ports.append(port)
-            self.processes.append(process)
+        count = 3 * (1 + self.replicas)
+        for _ in range(count):
+            self._start_node()
         # Distinct config epochs before the nodes meet, as `redis-cli --cluster create` sets them: left
         # to the collision resolution, a node may bump its epoch during a slot move and win the slot
         # back in a third node's view for good (redis/redis#12336).
@@ -213,24 +214,43 @@ class RedisTestCluster:
         ranges = [(0, share - 1), (share, 2 * share - 1), (2 * share, 16383)]
         for port, (low, high) in zip(self.ports, ranges):
             self.node(port).execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+        self._wait(lambda: all(self._knows(port, count) for port in self.ports), "meet")
+        for number, port in enumerate(self.ports[3:]):
+            primary = self.node_id(self.ports[number % 3])
+            self.node(port).execute_command("CLUSTER", "REPLICATE", primary)
         self._wait(self._healthy, "become healthy")
 
-    def _launch(self, binary: str, number: int) -> tuple[int, subprocess.Popen[bytes]]:
-        port = free_port()
-        workdir = os.path.join(self._workdir, f"{number}-{port}")
-        os.mkdir(workdir)
+    def _start_node(self) -> int:
+        for _attempt in range(5):  # a free port may be taken by someone else meanwhile
+            port = free_port()
+            if port + 10000 > 65535:  # the cluster bus listens on port + 10000
+                continue
+            workdir = os.path.join(self._workdir, str(port))
+            os.mkdir(workdir)
+            self._dirs[port] = workdir
+            process = self._launch(port)
+            if self._wait_answer(port, process):
+                self.ports.append(port)
+                self.processes.append(process)
+                return port
+            process.kill()
+            process.wait(timeout=10)
+        raise RuntimeError("a cluster node did not start")
+
+    def _launch(self, port: int) -> subprocess.Popen[bytes]:
+        workdir = self._dirs[port]
         argv = [
-            binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
+            self._binary, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "5000", "--dir", workdir,
+            "--cluster-node-timeout", str(self.node_timeout), "--dir", workdir,
+            "--cluster-replica-validity-factor", "0",  # a replica may always take over
         ]
-        with open(os.path.join(workdir, "server.log"), "wb") as log:
-            process = subprocess.Popen(
+        with open(os.path.join(workdir, "server.log"), "ab") as log:
+            return subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=workdir, start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
-        return port, process
 
     def _wait_answer(self, port: int, process: subprocess.Popen[bytes]) -> bool:
         deadline = time.monotonic() + START_TIMEOUT
@@ -246,12 +266,29 @@ class RedisTestCluster:
         except redis.exceptions.RedisError:
             return False
 
+    def _process(self, port: int) -> subprocess.Popen[bytes]:
+        return self.processes[self.ports.index(port)]
+
+    def alive(self) -> list[int]:
+        """The ports of the nodes whose process runs."""
+        return [port for port in self.ports if self._process(port).poll() is None]
+
+    def _knows(self, port: int, count: int) -> bool:
+        info = self.node(port).execute_command("CLUSTER", "INFO")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        return f"cluster_known_nodes:{count}" in text
+
     def _healthy(self) -> bool:
         try:
-            for port in self.ports:
+            for port in self.alive():
                 info = self.node(port).execute_command("CLUSTER", "INFO")
                 text = info.decode() if isinstance(info, bytes) else str(info)
-                if "cluster_state:ok" not in text or "cluster_known_nodes:3" not in text:
+                if "cluster_state:ok" not in text:
+                    return False
+                if not self._knows(port, len(self.ports)):
+                    return False
+                replication = self.node(port).info("replication")
+                if replication["role"] == "slave" and replication["master_link_status"] != "up":
                     return False
             return True
         except redis.exceptions.RedisError:
@@ -269,17 +306,71 @@ class RedisTestCluster:
         reply = self.node(port).execute_command("CLUSTER", "MYID")
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
+    def role(self, port: int) -> str:
+        """``master`` or ``slave``, as the node itself says."""
+        reply = self.node(port).execute_command("ROLE")[0]
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def primaries(self) -> list[int]:
+        """The ports of the live nodes that are primaries."""
+        return [port for port in self.alive() if self.role(port) == "master"]
+
     def owner(self, slot: int) -> int:
-        """The port of the primary that serves `slot`."""
-        for port in self.ports:
-            reply = self.node(port).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
-            del reply
-        slots = self.node(self.ports[0]).execute_command("CLUSTER", "SLOTS")
-        for entry in slots:
-            low, high, primary = entry[0], entry[1], entry[2]
-            if low <= slot <= high:
-                return int(primary[1])
-        raise LookupError(slot)
+        """The port of the primary that serves `slot`, as the first live node sees it."""
+        return self._owner_seen_by(self.alive()[0], slot)
+
+    def replica_of(self, primary: int) -> int:
+        """The port of a live replica of the primary on `primary`."""
+        for port in self.alive():
+            replication = self.node(port).info("replication")
+            if replication["role"] == "slave" and int(replication["master_port"]) == primary:
+                return port
+        raise LookupError(primary)
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on `port` (nothing is saved; it keeps its nodes.conf)."""
+        process = self._process(port)
+        process.kill()
+        process.wait(timeout=10)
+
+    def restart(self, port: int) -> None:
+        """Start the killed node on `port` again, with its nodes.conf: it rejoins the cluster."""
+        process = self._launch(port)
+        self.processes[self.ports.index(port)] = process
+        if not self._wait_answer(port, process):
+            raise RuntimeError(f"cluster node {port} did not restart")
+
+    def failover(self, replica: int) -> None:
+        """``CLUSTER FAILOVER`` on the replica on `replica`, and wait until it is a primary
+        that every live node knows as such."""
+        self.node(replica).execute_command("CLUSTER", "FAILOVER")
+        replica_id = self.node_id(replica)
+        self._wait(lambda: self.role(replica) == "master" and all(
+            self._flags_seen_by(port, replica_id).startswith(("master", "myself,master"))
+            for port in self.alive()), "fail over")
+
+    def wait_promoted(self, slot: int, old: int) -> int:
+        """Wait until a node other than `old` serves `slot` in every live node's view; its port."""
+        self._wait(lambda: all(
+            self._owner_seen_by(port, slot) not in (old, -1) for port in self.alive()
+        ), "promote a replica")
+        return self.owner(slot)
+
+    def add_primary(self) -> int:
+        """A new node that joins as a primary without slots; its port."""
+        port = self._start_node()
+        self.node(self.alive()[0]).execute_command("CLUSTER", "MEET", HOST, port)
+        self._wait(self._healthy, "take in a node")  # it knows who serves each slot
+        return port
+
+    def _flags_seen_by(self, port: int, node_id: str) -> str:
+        text = self.node(port).execute_command("CLUSTER", "NODES")
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        for line in text.splitlines():
+            fields = line.split()
+            if fields and fields[0] == node_id:
+                return fields[2]
+        return ""
 
     def move_slot(self, slot: int, to_port: int) -> None:
         """Migrate `slot` and its keys to the primary on `to_port`, live (clients get MOVED)."""
@@ -296,19 +387,24 @@ class RedisTestCluster:
                 break
             source.execute_command("MIGRATE", HOST, to_port, "", 0, 10000, "KEYS", *keys)
         # The order Redis documents: the target first (it takes a new config epoch), then the
-        # source, then the others.
-        others = [port for port in self.ports if port not in (to_port, source_port)]
+        # source, then the other primaries.
+        others = [port for port in self.primaries() if port not in (to_port, source_port)]
         for port in [to_port, source_port, *others]:
             self.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         try:
             self._wait(lambda: all(
-                self._owner_seen_by(port, slot) == to_port for port in self.ports), "agree on a slot")
+                self._owner_seen_by(port, slot) == to_port for port in self.alive()),
+                "agree on a slot")
         except RuntimeError as error:
-            views = {port: self.node(port).execute_command("CLUSTER", "NODES") for port in self.ports}
+            views = {port: self.node(port).execute_command("CLUSTER", "NODES") for port in self.alive()}
             raise RuntimeError(f"{error}: slot {slot} moved {source_port} -> {to_port}; {views}")
 
     def _owner_seen_by(self, port: int, slot: int) -> int:
-        for entry in self.node(port).execute_command("CLUSTER", "SLOTS"):
+        try:
+            entries = self.node(port).execute_command("CLUSTER", "SLOTS")
+        except redis.exceptions.RedisError:
+            return -1
+        for entry in entries:
             if entry[0] <= slot <= entry[1]:
                 return int(entry[2][1])
         return -1

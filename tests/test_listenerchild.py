@@ -100,3 +100,17 @@ def test_a_batch_is_given_up_after_its_tries_or_on_another_error():
     refresh, calls = _refresh_failing([ValueError("foreign value"), dc.Timeout("busy")])
     refresh_batch(refresh, [b"a"])
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("settings", [b"", b'{"directory": "/nonexistent", "url": "redis://'])
+def test_the_listener_process_without_its_settings_ends_quietly(settings):
+    """Its electing process left before writing them all: no traceback, a clean exit."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    ended = subprocess.run(
+        [sys.executable, "-m", "diskcache_core._listenerchild"], input=settings,
+        capture_output=True, env=env, timeout=60,
+    )
+    assert (ended.returncode, ended.stderr) == (0, b"")

@@ -967,3 +967,38 @@ def test_a_lease_further_ahead_than_one_renewal_serves_no_copy(tmp_path, url, pr
         assert below and not copies, "a copy was served on a lease an hour ahead"
     finally:
         cache.close()
+
+
+def test_a_process_leaving_before_handing_its_listener_the_settings_prints_nothing(
+    tmp_path, url, prefix
+):
+    """A process elected listener that leaves (os._exit, as multiprocessing's children do)
+    right after starting the listener process, before writing its settings: the listener
+    process ends without a traceback on the application's stderr, and the next process of the
+    host takes over."""
+    directory = str(tmp_path / "host")
+    code = (
+        "import os, subprocess, sys, time\n"
+        "import diskcache_core\n"
+        "real = subprocess.Popen\n"
+        "class Leaving(real):\n"
+        "    def __init__(self, argv, *args, **kwargs):\n"
+        "        super().__init__(argv, *args, **kwargs)\n"
+        "        if 'diskcache_core._listenerchild' in argv:\n"
+        "            os._exit(0)  # the listener process is started, its settings not written\n"
+        "subprocess.Popen = Leaving\n"
+        "diskcache_core.Cache(sys.argv[1], remote=sys.argv[2], remote_prefix=sys.argv[3])\n"
+        "time.sleep(30)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    leaving = subprocess.run(
+        [sys.executable, "-c", code, directory, url, prefix], env=env, capture_output=True,
+        timeout=helpers.WAIT * 2,
+    )
+    assert leaving.returncode == 0
+    assert leaving.stderr == b"", leaving.stderr.decode(errors="replace")
+    cache = Cache(directory, remote=url, remote_prefix=prefix)
+    try:
+        eventually(cache._remote._words.lease_valid)
+    finally:
+        cache.close()
