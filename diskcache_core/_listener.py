@@ -29,7 +29,7 @@ leaves the host without copies: a WARNING says so, at most every `_WARN_EVERY`);
 it does not listen on yet (a primary added, a node back) makes it start over with it. Listening
 on replicas too, it already listens on the one promoted at a failover: Redis keeps a
 connection's tracking across the promotion. Log records of the listener process are handed to
-the electing process (`_ChildLog`), whose logging the application configures.
+the electing process (`_listenerlog`), whose logging the application configures.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ._listenerlog import ChildLog
 from ._log import LISTENER as _LOG
 from ._log import Outage, RateLimit
 from ._remote import RemoteStore, stamp_hash
@@ -487,7 +488,7 @@ class ListenerThread(threading.Thread):
             except OSError:
                 pass
             assert child.stdout is not None
-            logs = _ChildLog(child.stdout.fileno())
+            logs = ChildLog(child.stdout.fileno())
             while not self._stop_event.is_set() and child.poll() is None:
                 self._stop_event.wait(_RETRY_PAUSE / 4)
                 watch.check()
@@ -515,32 +516,6 @@ class ListenerThread(threading.Thread):
                 )
             if not self._stop_event.is_set():
                 self._stop_event.wait(pause)
-
-
-class _ChildLog:
-    """The listener process's log lines (``<level> <logger> <message>``, see
-    _listenerchild.py), logged in this process, where the application configured logging."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-        self._pending = b""
-
-    def forward(self) -> None:
-        """Log the lines the listener process wrote since the last call (never waits)."""
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except (BlockingIOError, OSError):
-                return
-            if not data:
-                return
-            *lines, self._pending = (self._pending + data).split(b"\n")
-            for line in lines:
-                level, _, rest = line.decode("utf-8", "replace").partition(" ")
-                name, _, message = rest.partition(" ")
-                if level.isdigit() and name.startswith("diskcache_core"):
-                    logging.getLogger(name).log(int(level), "%s", message)
 
 
 # One candidate per directory in this process, shared by the caches that use it.

@@ -30,6 +30,7 @@ from typing import Any, Callable
 from ._cache import Cache
 from ._errors import DiskCacheError, Timeout
 from ._listener import Listener, stop_electing
+from ._listenerlog import forward_logs_to_parent
 from ._remote import RemoteStore
 from ._remotewords import RemoteWords
 
@@ -158,32 +159,6 @@ def _read_config() -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
-class _ParentLog(logging.Handler):
-    """Hands this process's log records to the electing process, which logs them through its
-    own logging (`ListenerThread`): one line each on standard output, a pipe it reads."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.format(record).replace("\n", " ")
-            os.write(1, f"{record.levelno} {record.name} {text}\n".encode("utf-8", "replace"))
-        except Exception:  # noqa: BLE001 - a log line never stops the listener
-            pass
-
-
-def _forward_logs() -> None:
-    handler = _ParentLog()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    package = logging.getLogger("diskcache_core")
-    package.addHandler(handler)
-    package.setLevel(logging.INFO)  # the electing process's configuration filters them
-    package.propagate = False
-    try:
-        if stat.S_ISFIFO(os.fstat(1).st_mode):
-            os.set_blocking(1, False)  # a full pipe drops lines rather than stop the listener
-    except OSError:
-        pass
-
-
 def main() -> int:
     """The listener process. It ends with its parent: SIGTERM on the parent's death (Linux),
     else when it sees it has gone."""
@@ -194,7 +169,7 @@ def main() -> int:
         return 0
     parent = int(config["parent"])
     _die_with(parent)
-    _forward_logs()
+    forward_logs_to_parent()
     changed: Callable[[list[bytes]], None] | None = None
     if config.get("refresh", True):
         read_end, write_end = os.pipe()
