@@ -21,14 +21,15 @@ from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
 from ._incr import check_delta, increment
+from ._iteration import keys_by_rowid, keys_sorted
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import ABSENT
+from ._rows import raise_decode_error
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Cache"]
 
-_PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM
@@ -196,6 +197,10 @@ class Cache(CacheBase, AsyncCacheMixin):
                         memory.forget_key(db_key, raw)
                     fill = None
                     break
+                except Exception as exc:  # (only here: a row is judged when its decode failed)
+                    raise_decode_error(
+                        exc, self._disk, mode, filename, db_value, None, key, self._store.pool.path
+                    )
             if fill is not None:
                 memory.finish_fill(  # type: ignore[union-attr]
                     fill, value, db_value, mode, filename is not None, db_expire, db_key, raw
@@ -409,7 +414,7 @@ class Cache(CacheBase, AsyncCacheMixin):
             expiry = sql.expiry_of(db_expire)
             if expiry is None or expiry > now:
                 try:
-                    value = self._queues.fetch_row(mode, filename, db_value, size)
+                    value = self._queues.fetch_row(rowid, key, mode, filename, db_value, size)
                 except FileNotFoundError:
                     pass  # a missing value file: the item goes, as a miss
             unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
@@ -465,31 +470,12 @@ class Cache(CacheBase, AsyncCacheMixin):
         """Iterate keys in database sort order (by type, then value), expired ones included."""
         if self._remote is not None:
             self._remote.unsupported("iterkeys()")
-        first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
-        rows = self._store.read(first)
-        while rows:
-            for db_key, raw in rows:
-                yield self._disk.get(db_key, raw)
-            db_key, raw = rows[-1]
-            rows = self._store.read(following, (db_key, raw, db_key, _PAGE))
+        yield from keys_sorted(self._store, self._disk, reverse)
 
     def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
         if self._remote is not None:
             self._remote.unsupported("iteration")
-        ((max_rowid,),) = self._store.read(sql.MAX_ROWID)
-        if max_rowid is None:
-            return
-        low, high = 0, max_rowid + 1
-        while True:
-            rows = self._store.read(sql.ROWS_ASC if ascending else sql.ROWS_DESC, (low, high, _PAGE))
-            if not rows:
-                return
-            for _, db_key, raw in rows:
-                yield self._disk.get(db_key, raw)
-            if ascending:
-                low = rows[-1][0]
-            else:
-                high = rows[-1][0]
+        yield from keys_by_rowid(self._store, self._disk, ascending)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate keys in insertion order, expired items included."""

@@ -1,8 +1,9 @@
 """Cache.check: do the database and the value files agree? Optionally repair.
 
-Reports (as warnings, returned in a list) a failed SQLite integrity check, rows naming a
-missing, wrong-sized or unsafe value file, files, symbolic links and directories no row accounts
-for, and a stored size or item count that differs from the rows. With `fix` it repairs each.
+Reports (as warnings, returned in a list) a failed SQLite integrity check, damaged rows (see
+`_rows`), rows naming a missing, wrong-sized or unsafe value file, files, symbolic links and
+directories no row accounts for, and a stored size or item count that differs from the rows.
+With `fix` it repairs each (a damaged row is dropped, with its value file).
 
 What a repair may touch: a row whose name is not a value file's (the database, its journals, the
 version or layout file, ``..``, an absolute path, a path through a link; see
@@ -27,6 +28,7 @@ from . import _schema as sql
 from ._connections import FetchedRows
 from ._errors import DatabaseError, EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
 from ._log import CHECK as _LOG
+from ._rows import SELECT_SUSPECTS, describe_row, judges_modes, row_damage
 
 if TYPE_CHECKING:
     from ._connections import ThreadState
@@ -56,8 +58,10 @@ def check_cache(
                 warnings.warn(f"integrity check: {message}", stacklevel=2)
         real_directory = op.realpath(directory)
         with _consistent_view(store, fix, retry) as state:
-            named: set[str] = set()
+            damaged, named = _check_rows(state, disk, store.pool.path, real_directory, fix)
             for rowid, size, filename in state.execute(sql.SELECT_FILES).fetchall():
+                if rowid in damaged:
+                    continue
                 try:
                     full_path = disk._checked_path(filename, real_directory)
                 except UnsafeValueFileError as exc:
@@ -101,6 +105,36 @@ def _log_found(directory: str, found: list[warnings.WarningMessage], fix: bool) 
             "check of %r found %d problem%s%s, the first: %s", directory, len(found),
             "" if len(found) == 1 else "s", " (repaired)" if fix else "", found[0].message,
         )
+
+
+def _check_rows(
+    state: Any, disk: "Disk", database: str, real_directory: str, fix: bool
+) -> tuple[set[int], set[str]]:
+    """Report the rows of `database` that break `_rows`' rules (with `fix`, drop them, and the
+    value files they name); return their rowids and those value files (not unknown ones)."""
+    library_modes = judges_modes(disk)
+    damaged = [
+        (row[0], row[1], row[7], reason)
+        for row in state.execute(SELECT_SUSPECTS)
+        if (reason := row_damage(row, library_modes)) is not None
+    ]
+    rowids: set[int] = set()
+    named: set[str] = set()
+    for rowid, key, filename, reason in damaged:
+        row = f"row {rowid}" if key is None else describe_row(rowid, key)  # (NULL: the reason)
+        warnings.warn(f"{row} in {database} is damaged: {reason}", stacklevel=3)
+        rowids.add(rowid)
+        path = None
+        if type(filename) is str:
+            try:  # only a value-file name (not through a link) is the row's to take along
+                path = disk._checked_path(filename, real_directory)
+            except UnsafeValueFileError:
+                pass
+        if path is not None:
+            named.add(path)  # (a dropped row's goes once the drop has committed, as any file)
+        if fix:
+            _drop_row(state, rowid, keep_file=path is None)
+    return rowids, named
 
 
 def _check_counters(state: Any, fix: bool) -> None:

@@ -218,8 +218,11 @@ class _Row(NamedTuple):
 
 
 def _shard_rows(shard: Cache, number: int, tag: Any, include_expired: bool) -> Iterator[_Row]:
-    """The rows of one shard in rowid (insertion) order, a page of rows at a time."""
+    """The rows of one shard in rowid (insertion) order, a page of rows at a time. A row whose
+    store time is not a number (damaged: `Cache.check` reports it) takes its predecessor's,
+    so the merge keeps it in its place."""
     last = 0
+    previous_time = 0.0
     while True:
         now = time.time()
         if tag is ENOVAL:
@@ -229,6 +232,9 @@ def _shard_rows(shard: Cache, number: int, tag: Any, include_expired: bool) -> I
         if not page:
             return
         for rowid, store_time, db_key, raw, expire_time, item_tag in page:
+            if type(store_time) is not float and type(store_time) is not int:
+                store_time = previous_time
+            previous_time = store_time
             yield _Row(store_time, number, rowid, db_key, raw, expire_time, item_tag)
         last = page[-1][0]
 

@@ -1,9 +1,12 @@
 """How the command line shows keys, values and sizes: text for people, tagged JSON for programs.
 
 Text output prints a value as it is when it is text (so ``get`` can feed other tools) and by
-its repr otherwise. Keys are always printed by their repr: a key names an item only together
-with its type, so the int ``42`` (``42``) and the str ``"42"`` (``'42'``) must never print
-alike, and a key holding a newline must stay on its line. JSON output says each value's type.
+its repr otherwise. On a terminal, control characters in any line are shown escaped
+(``\\x1b``), so that a value (or a file name in the directory) cannot drive the terminal:
+retitle it, clear it, rewrite lines. Keys are always printed by their repr: a key names an
+item only together with its type, so the int ``42`` (``42``) and the str ``"42"`` (``'42'``)
+must never print alike, and a key holding a newline must stay on its line. JSON output says
+each value's type.
 """
 
 from __future__ import annotations
@@ -14,12 +17,25 @@ from typing import IO, Any
 
 from ._cli_caches import Unreadable
 
-__all__ = ["Output", "human_size", "key_text", "plain", "present_key", "tagged"]
+__all__ = ["Output", "escape_controls", "human_size", "key_text", "plain", "present_key", "tagged"]
+
+# Control characters (C0 but tab and newline, DEL, C1) as Python escapes: ESC starts the
+# terminal's sequences, CSI (U+009B) does on some terminals, CR overwrites the line.
+_ESCAPES = {
+    code: f"\\x{code:02x}"
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+    if chr(code) not in "\t\n"
+}
 
 
 def plain(value: Any) -> str:
     """A value for people: text as is, everything else as its repr."""
     return value if type(value) is str else repr(value)
+
+
+def escape_controls(text: str) -> str:
+    """`text` with its control characters (but tab and newline) written as ``\\xNN``."""
+    return text.translate(_ESCAPES)
 
 
 def key_text(key: Any) -> str:
@@ -70,6 +86,10 @@ class Output:
     def __init__(self, as_json: bool, stream: IO[str]) -> None:
         self.as_json = as_json
         self.stream = stream
+        try:
+            self.terminal = stream.isatty()  # text is shown escaped there (see `line`)
+        except (AttributeError, ValueError, OSError):  # no such method, or a closed stream
+            self.terminal = False
 
     def json(self, document: Any) -> None:
         """Write `document` as indented JSON; values JSON cannot hold are written `tagged`."""
@@ -77,5 +97,6 @@ class Output:
         self.stream.write("\n")
 
     def line(self, text: str = "") -> None:
-        """Write one line of text."""
-        self.stream.write(text + "\n")
+        """Write one line of text; on a terminal with its control characters escaped (a value,
+        a file name found by check), a pipe or file gets the text as it is."""
+        self.stream.write((escape_controls(text) if self.terminal else text) + "\n")

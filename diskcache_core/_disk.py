@@ -54,6 +54,7 @@ __all__ = [
     "UNSTORABLE",
     "as_read_back",
     "check_disk_class",
+    "is_value_mode",
     "unsupported_key",
 ]
 
@@ -85,6 +86,16 @@ _CODEC_SHIFT = 4
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _CHUNK_SIZE = 2**22
+
+
+def is_value_mode(mode: int) -> bool:
+    """True for a mode `Disk.fetch` decodes: raw, or binary, text or pickle (each compressed
+    by a compressor this library knows, or not)."""
+    codec_id = mode >> _CODEC_SHIFT
+    return mode == MODE_RAW or (
+        MODE_BINARY <= mode & _BASE_MODE_MASK <= MODE_PICKLE
+        and (not codec_id or codec_id in CODEC_NAMES_BY_ID)
+    )
 
 
 # --- Disk ----------------------------------------------------------------------------------
@@ -266,6 +277,9 @@ class Disk:
         if codec_id:
             data = self._decompress(codec_id, data)
         if base == MODE_BINARY:
+            if type(data) is not bytes and not isinstance(data, (bytearray, memoryview)):
+                # A row naming neither a value file nor inline bytes (damaged): not a value.
+                raise DiskCacheError(f"a row of mode {mode} names no value file and holds no bytes")
             return io.BytesIO(data) if read else data
         if base == MODE_TEXT:
             return data.decode("utf-8")

@@ -16,6 +16,7 @@ from . import _schema as sql
 from ._connections import NO_VALUE
 from ._disk import Disk
 from ._errors import FloatOverflowError
+from ._rows import raise_decode_error
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["check_delta", "increment"]
@@ -81,6 +82,8 @@ def _increment_in_python(
                 current = disk.fetch(mode, filename, db_value, False)
             except FileNotFoundError:
                 pass  # its value file is lost: the item reads as missing, as a get finds it
+            except Exception as exc:
+                raise_decode_error(exc, disk, mode, filename, db_value, rowid, key, store.pool.path)
         if current is NO_VALUE:
             if default is None:
                 raise KeyError(key)

@@ -13,6 +13,7 @@ from typing import Any
 from . import _schema as sql
 from ._arguments import QUEUE_START, check_bindable, check_side, check_tag, expire_at, key_range, shape
 from ._disk import Disk
+from ._rows import raise_decode_error
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Queues"]
@@ -26,11 +27,21 @@ class Queues:
         self._disk = disk
         self._sized_files = sized_files  # a value file must be as long as its row says
 
-    def fetch_row(self, mode: int, filename: str | None, db_value: Any, size: int) -> Any:
-        """The value of a row (FileNotFoundError when its value file is gone or cut short);
-        also Cache.pop's, which selects the same columns."""
+    def fetch_row(
+        self, rowid: int, key: Any, mode: int, filename: str | None, db_value: Any, size: int
+    ) -> Any:
+        """The value of row `rowid` of `key` (FileNotFoundError when its value file is gone or
+        cut short; DatabaseError naming the row when it is damaged); also Cache.pop's, which
+        selects the same columns."""
         checked = size if filename is not None and self._sized_files else db_value
-        return self._disk.fetch(mode, filename, checked, False)
+        try:
+            return self._disk.fetch(mode, filename, checked, False)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise_decode_error(
+                exc, self._disk, mode, filename, checked, rowid, key, self._store.pool.path
+            )
 
     def push(
         self,
@@ -105,7 +116,7 @@ class Queues:
             live = expiry is None or expiry >= now
             if live:
                 try:
-                    value = self.fetch_row(mode, filename, db_value, size)
+                    value = self.fetch_row(rowid, db_key, mode, filename, db_value, size)
                 except FileNotFoundError:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
@@ -165,7 +176,7 @@ class Queues:
                 self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
-                value = self.fetch_row(mode, filename, db_value, size)
+                value = self.fetch_row(rowid, db_key, mode, filename, db_value, size)
             except FileNotFoundError:
                 # Replaced meanwhile, or lost for good: the row goes if it is still the one
                 # read (as pull removes it), and either way we look again.

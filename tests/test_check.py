@@ -8,6 +8,7 @@ import shutil
 import pytest
 from store_helpers import (
     category_of,
+    connect,
     db_filenames,
     unnamed_files,
     value_files,
@@ -271,3 +272,104 @@ def test_a_value_file_that_cannot_be_checked_is_reported_and_kept(store, monkeyp
     monkeypatch.undo()
     assert any('cannot check value file' in message for message in found)
     assert store.get('k') == big
+
+
+# A row damaged by hand (or by another program), as one UPDATE of the row of key 'a', and
+# whether reading it fails at its decode (then with DatabaseError naming the row).
+DAMAGED_ROWS = {
+    'mode text': ("mode = 'abc'", True),
+    'unknown mode': ('mode = 9', True),
+    'pickle mode, no file, no value': ('mode = 4, filename = NULL, value = NULL', True),
+    'binary mode, no file, no value': ('mode = 2, filename = NULL, value = NULL', True),
+    'text mode, no file, no value': ('mode = 3, filename = NULL, value = NULL', True),
+    'filename a blob': ("filename = x'6162'", True),
+    'store_time text': ("store_time = 'abc'", False),
+    'store_time NULL': ('store_time = NULL', False),
+    'size text': ("size = 'abc'", False),
+    'size negative': ('size = -5', False),
+    'expire_time text': ("expire_time = 'abc'", False),
+    'raw text': ("raw = 'abc'", False),
+    'key NULL': ('key = NULL', False),
+}
+
+
+@pytest.mark.parametrize('damage', sorted(DAMAGED_ROWS))
+@pytest.mark.parametrize('in_file', [False, True], ids=['inline', 'value file'])
+def test_a_damaged_row_is_reported_named_and_dropped_with_its_file(make_store, damage, in_file):
+    assignment, decode_fails = DAMAGED_ROWS[damage]
+    store = make_store()
+    store.set('good', b'y' * BIG)
+    good_file = db_filenames(store.directory)
+    store.set('a', (b'x' * BIG,) if in_file else ('pickled', 1))
+    (rowid,) = [row for (row,) in store._store.read("SELECT rowid FROM Cache WHERE key = 'a'")]
+    before = value_files(store.directory)
+    with connect(store.directory) as con:
+        con.execute(f"UPDATE Cache SET {assignment} WHERE key = 'a'")
+    store = make_store()
+    if decode_fails:
+        with pytest.raises(dc.DatabaseError, match=r"the row of key 'a' in .*cache\.db is damaged"):
+            store.get('a')
+    found = warning_text(store.check())
+    # One finding for the row (its value file, if it still names one, is not also "unknown").
+    expected = [text for text in found if f'row {rowid} ' in text and 'is damaged' in text]
+    assert len(expected) == 1, found
+    assert "(key 'a')" in expected[0] or damage == 'key NULL', found
+    named_file = in_file and 'filename' not in assignment
+    assert len(found) == (1 if named_file or not in_file else 2), found
+    fixed = store.check(fix=True)
+    assert [category_of(w) for w in fixed][:1] == [UserWarning]
+    assert store.check() == []
+    assert len(store) == 1
+    assert store['good'] == b'y' * BIG
+    assert db_filenames(store.directory) == good_file
+    # The damaged item's file went with it (after the drop committed), and only that one.
+    assert len(before) == (2 if in_file else 1)
+    assert value_files(store.directory) == good_file
+
+
+def test_a_custom_disks_own_modes_are_not_damage(make_store):
+    class OwnModes(dc.Disk):
+        """A Disk with a mode of its own (7: the value upper-cased), as python-diskcache allows."""
+
+        def store(self, value, read, key=dc.UNKNOWN):
+            if isinstance(value, str):
+                return 0, 7, None, value.lower()
+            return super().store(value, read, key=key)
+
+        def fetch(self, mode, filename, value, read):
+            if mode == 7:
+                return value.upper()
+            return super().fetch(mode, filename, value, read)
+
+    store = make_store(disk=OwnModes)
+    store.set('a', 'Shout')
+    assert store.get('a') == 'SHOUT'
+    assert store.check() == []
+    with connect(store.directory) as con:
+        con.execute("UPDATE Cache SET mode = 'abc' WHERE key = 'a'")
+    store = make_store(disk=OwnModes)
+    # A mode of the wrong type is not the library's to judge for a Disk of its own either.
+    assert store.check() == []
+
+
+def test_every_read_of_a_damaged_row_names_it(make_store):
+    store = make_store()
+    store.set('a', ('pickled', 1))
+    store.set('n', ('pickled', 2))
+    store.push(('pickled', 3), prefix='q')
+    with connect(store.directory) as con:
+        con.execute("UPDATE Cache SET mode = 'abc'")
+    store = make_store()
+    reads = {
+        'get': lambda: store.get('a'),
+        'get read=True': lambda: store.get('a', read=True),
+        'get with metadata': lambda: store.get('a', expire_time=True, tag=True),
+        'pop': lambda: store.pop('a'),
+        'incr': lambda: store.incr('n'),
+        'peek': lambda: store.peek(prefix='q'),
+        'pull': lambda: store.pull(prefix='q'),
+    }
+    for name, read in reads.items():
+        with pytest.raises(dc.DatabaseError, match=r"row .*key .* is damaged: its mode 'abc'"):
+            read()
+        assert len(store) == 3, name  # nothing was removed on the way

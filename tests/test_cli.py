@@ -735,3 +735,113 @@ def test_a_rollback_journal_cache_locked_by_a_writer_is_not_called_no_cache(tmp_
         holder.close()
     assert result.returncode == 3 and 'stayed locked by a writer' in result.stderr
     assert run('get', directory, 'a').stdout == '1\n'
+
+
+@pytest.mark.parametrize('damage', [
+    "mode = 'abc'",
+    'mode = 4, filename = NULL, value = NULL',
+    'mode = 2, filename = NULL, value = NULL',
+])
+def test_a_damaged_row_is_a_cache_error_naming_it_and_check_finds_and_drops_it(tmp_path, damage):
+    # It was status 2 (a usage error) with a bare TypeError, and check found "no problems".
+    directory = tmp_path / 'c'
+    with dc.Cache(directory) as cache:
+        cache.set('a', ('pickled', 1))
+        cache.set('good', 'ok')
+    with sqlite3.connect(str(directory / 'cache.db')) as con:
+        con.execute(f"UPDATE Cache SET {damage} WHERE key = 'a'")
+    con.close()
+    for arguments in ([], ['--raw'], ['--json']):
+        result = run('get', directory, 'a', *arguments)
+        assert result.returncode == 3, (arguments, result.stderr)
+        assert 'Traceback' not in result.stderr and len(result.stderr.splitlines()) == 1
+        assert "DatabaseError: the row of key 'a' in" in result.stderr
+        assert 'is damaged' in result.stderr
+    found = run('check', directory)
+    assert found.returncode == 1
+    assert "row 1 (key 'a') in" in found.stdout and 'is damaged' in found.stdout
+    assert 'no problems found' not in found.stdout
+    assert run('check', directory, '--fix').returncode == 0
+    assert run('check', directory).stdout == 'no problems found\n'
+    assert run('get', directory, 'a').returncode == 1
+    assert run('get', directory, 'good').stdout == 'ok\n'
+
+
+def test_keys_of_a_fanout_cache_with_a_damaged_store_time_lists_every_key(tmp_path):
+    # The merge by store time compared text with a number: status 2 and a bare TypeError.
+    directory = tmp_path / 'f'
+    with dc.FanoutCache(directory, shards=2) as cache:
+        for number in range(6):
+            cache.set(f'k{number}', number)
+    for shard, value in zip(sorted(directory.glob('*/cache.db')), ("'abc'", 'NULL')):
+        with sqlite3.connect(str(shard)) as con:
+            con.execute(f'UPDATE Cache SET store_time = {value} WHERE rowid = 1')
+        con.close()
+    result = run('keys', directory)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == [f"'k{number}'" for number in range(6)]
+
+
+def run_on_terminal(*args: str) -> tuple[int, bytes]:
+    """Run the tool with its stdout on a pseudo-terminal; its status and all it wrote there."""
+    import pty
+    import select
+
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
+    master, slave = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, '-m', 'diskcache_core', *map(str, args)],
+            stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env,
+        )
+        os.close(slave)
+        slave = -1
+        output = bytearray()
+        for _ in range(6000):  # at most 60 s of 10 ms waits: bounded however slow the machine
+            if select.select([master], [], [], 0.01)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's last writer closed it
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None and not select.select([master], [], [], 0.05)[0]:
+                break
+        process.stderr.close()
+        return process.wait(timeout=60), bytes(output)
+    finally:
+        if slave != -1:
+            os.close(slave)
+        os.close(master)
+
+
+@pytest.mark.skipif(sys.platform == 'win32', reason='pseudo-terminals are POSIX')
+def test_get_on_a_terminal_shows_control_characters_escaped_and_pipes_get_them_as_they_are(
+    tmp_path,
+):
+    # A value retitled and cleared the terminal that showed it.
+    directory = tmp_path / 'c'
+    value = 'before\x1b]0;owned\x07\x1b[2J\x9b31m\rafter\ttab\nline two'
+    with dc.Cache(directory) as cache:
+        cache.set('a', value)
+        cache.set('b', value.encode())
+    status, shown = run_on_terminal('get', directory, 'a')
+    assert status == 0
+    assert b'\x1b' not in shown and b'\x07' not in shown and '\x9b'.encode() not in shown
+    # (the terminal turns the newlines it is written into CR LF)
+    assert shown.replace(b'\r\n', b'\n') == (
+        b'before\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x0dafter\ttab\nline two\n'
+    )
+    # A bytes value is shown by its repr, escaped already.
+    assert run_on_terminal('get', directory, 'b')[1].startswith(b"b'before\\x1b]0;owned")
+    # A pipe gets the text unchanged, and --raw the bytes, even on a terminal.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    piped = subprocess.run(
+        [sys.executable, '-m', 'diskcache_core', 'get', str(directory), 'a'],
+        check=False, capture_output=True, env=env, timeout=60,
+    )
+    assert piped.returncode == 0 and piped.stdout == (value + '\n').encode()
+    status, raw = run_on_terminal('get', directory, 'a', '--raw')
+    assert status == 0 and b'\x1b]0;owned\x07\x1b[2J' in raw

@@ -168,6 +168,11 @@ def test_defaults_are_python_diskcaches(make_backend):
         ("{dir}", {"SHARDS": "8"}, "shards must be an int"),
         ("{dir}", {"OPTIONS": {"size_limit": -1}}, "size_limit"),
         ("{dir}", {"OPTIONS": {"disk": "no_such_module.Disk"}}, "no_such_module"),
+        # FanoutCache's own arguments are the entry's keys: the error names the key to use.
+        ("{dir}", {"OPTIONS": {"shards": 4}}, r"OPTIONS\['shards'\].*'SHARDS': 4"),
+        ("{dir}", {"OPTIONS": {"timeout": 0.05}}, r"OPTIONS\['timeout'\].*'DATABASE_TIMEOUT': 0.05"),
+        ("{dir}", {"OPTIONS": {"SHARDS": 4}}, r"OPTIONS\['SHARDS'\].*next to OPTIONS"),
+        ("{dir}", {"OPTIONS": {"directory": "/elsewhere"}}, r"OPTIONS\['directory'\].*LOCATION"),
         ("{dir}/file/below", {}, "not a directory"),
     ],
 )

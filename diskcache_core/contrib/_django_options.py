@@ -19,6 +19,15 @@ from .. import DiskCacheError, Disk, FanoutCache
 
 __all__ = ["SHARED", "EntryLimit", "location", "shared_fanout"]
 
+# FanoutCache's arguments that a CACHES entry gives next to OPTIONS, by the names they might be
+# given under inside it: passed on from there, Python would only say "got multiple values".
+_ENTRY_KEYS = {
+    "directory": "LOCATION", "location": "LOCATION", "LOCATION": "LOCATION",
+    "shards": "SHARDS", "SHARDS": "SHARDS",
+    "timeout": "DATABASE_TIMEOUT", "database_timeout": "DATABASE_TIMEOUT",
+    "DATABASE_TIMEOUT": "DATABASE_TIMEOUT",
+}  # fmt: skip
+
 
 class EntryLimit:
     """Django's MAX_ENTRIES and CULL_FREQUENCY, taken out of `options` (the rest are settings).
@@ -60,6 +69,18 @@ SHARED: dict[tuple[Any, ...], FanoutCache] = {}
 _shared_lock = threading.Lock()
 
 
+def _check_entry_keys(options: dict[str, Any]) -> None:
+    """ImproperlyConfigured for an option that is the CACHES entry's own key (``shards`` is
+    SHARDS, ``timeout`` DATABASE_TIMEOUT, ``directory`` LOCATION), naming where it belongs."""
+    for name, value in options.items():
+        entry_key = _ENTRY_KEYS.get(name)
+        if entry_key is not None:
+            raise ImproperlyConfigured(
+                f"OPTIONS[{name!r}] is not a cache setting: give it as the CACHES entry's"
+                f" {entry_key}, next to OPTIONS ({entry_key!r}: {value!r})"
+            )
+
+
 def _option_key(options: dict[str, Any]) -> str:
     # Settings may hold unhashable values (a list of allowed types): compare their text.
     return repr(sorted(options.items(), key=lambda item: item[0]))
@@ -74,6 +95,7 @@ def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, A
     with _shared_lock:
         found = SHARED.get(key)
         if found is None:
+            _check_entry_keys(options)
             settings = dict(options)
             disk = settings.pop("disk", Disk)
             try:
