@@ -9,10 +9,10 @@ close() and every cull write what is left. Eviction order across processes is th
 approximate within that delay — the trade-off this module exists for.
 
 What waits is bounded: at most `MAX_PENDING` keys per log, plus the one part of `_FLUSH_BATCH`
-keys (in _eviction) being written. A thread that reads without pause holds the GIL that the
-background writer needs for every row it writes, and outruns it; at the bound the noting thread
-writes the oldest part itself, or drops it where it cannot without waiting (see
-`Evictor.relieve`).
+keys (in _eviction) being written (a size check writes the whole log in its transaction). A
+thread that reads without pause holds the GIL that the background writer needs for every row it
+writes, and outruns it; at the bound the noting thread writes the oldest part itself, or drops it
+where it cannot without waiting (see `Evictor.relieve`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ __all__ = [
 
 FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
-# Keys a log holds at most (a FanoutCache's, per shard): at ~200 bytes a key besides the key
-# itself, about 4 MB. Twice FLUSH_SIZE, so that a writer that keeps up never meets it.
+# Keys a log holds at most (a FanoutCache's, per shard): 150-220 bytes a key besides the key
+# itself, 4-6 MiB for short keys. Twice FLUSH_SIZE, so that a writer that keeps up never meets it.
 MAX_PENDING = 20_000
 
 NOT_PENDING = object()  # `AccessLog.stored`'s answer for a key that had nothing pending
