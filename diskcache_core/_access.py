@@ -7,11 +7,18 @@ an index entry; here a get or an overwrite only updates a dict, and a background
 process writes the batch at most `FLUSH_INTERVAL` seconds later (sooner when it grows large);
 close() and every cull write what is left. Eviction order across processes is therefore
 approximate within that delay — the trade-off this module exists for.
+
+What waits is bounded: at most `MAX_PENDING` keys per log, plus the one part of `_FLUSH_BATCH`
+keys (in _eviction) being written (a size check writes the whole log in its transaction). A
+thread that reads without pause holds the GIL that the background writer needs for every row it
+writes, and outruns it; at the bound the noting thread writes the oldest part itself, or drops it
+where it cannot without waiting (see `Evictor.relieve`).
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import sqlite3
 import threading
@@ -20,11 +27,15 @@ from typing import Any, Protocol
 
 from ._schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
 
-__all__ = ["AccessLog", "FINAL_WAIT", "FLUSH_INTERVAL", "NOT_PENDING", "schedule_flush"]
+__all__ = [
+    "AccessLog", "FINAL_WAIT", "FLUSH_INTERVAL", "MAX_PENDING", "NOT_PENDING", "schedule_flush",
+]
 
 FLUSH_INTERVAL = 1.0  # seconds a recorded read may wait before it reaches the database
 FLUSH_SIZE = 10_000  # distinct keys that trigger an early flush
-_MAX_PENDING = 200_000  # keys kept when flushes keep failing; older LRU times are dropped
+# Keys a log holds at most (a FanoutCache's, per shard): 150-220 bytes a key besides the key
+# itself, 4-6 MiB for short keys. Twice FLUSH_SIZE, so that a writer that keeps up never meets it.
+MAX_PENDING = 20_000
 
 NOT_PENDING = object()  # `AccessLog.stored`'s answer for a key that had nothing pending
 # A batch taken for writing: refreshed column values by (db_key, raw), hits, misses.
@@ -41,6 +52,7 @@ class AccessLog:
         self.misses = 0
         self.statistics = bool(statistics)
         self.scheduled = False  # a flush is arranged for the current batch
+        self.dropped = 0  # keys whose bookkeeping was dropped at MAX_PENDING (in this process)
         self._lock = threading.Lock()
         # Held from taking a batch until it is written: a batch in flight is counted nowhere.
         self.flushing = threading.Lock()
@@ -144,24 +156,46 @@ class AccessLog:
             self.scheduled = False
         return batch
 
-    @staticmethod
-    def split(batch: Batch, size: int) -> list[Batch]:
-        """`batch` in parts of at most `size` keys, to be written one transaction each (the
-        first part carries the hits and misses)."""
-        pending, hits, misses = batch
-        items = list(pending.items())
-        parts = [(dict(items[start : start + size]), 0, 0) for start in range(0, len(items), size)]
-        if not parts:
-            return [({}, hits, misses)]
-        parts[0] = (parts[0][0], hits, misses)
-        return parts
+    def take_oldest(self, count: int, first: bool) -> Batch:
+        """Detach the `count` keys noted longest ago, to be written as one part; the `first`
+        part of a flush takes the hits and misses too, and arranges a new flush for what is
+        noted from now on (as `take` does)."""
+        with self._lock:
+            pending = self.pending
+            part: dict[tuple[Any, Any], Any] = {}
+            for key in list(itertools.islice(pending, count)):
+                value = pending.pop(key, NOT_PENDING)  # (`forget` takes no lock)
+                if value is not NOT_PENDING:
+                    part[key] = value
+            if not first:
+                return (part, 0, 0)
+            batch = (part, self.hits, self.misses)
+            self.hits = self.misses = 0
+            self.scheduled = False
+        return batch
+
+    def drop_oldest(self, count: int) -> None:
+        """Forget the `count` keys noted longest ago (at MAX_PENDING, where they cannot be
+        written at once): the policy loses those reads, the memory stays bounded."""
+        with self._lock:
+            pending = self.pending
+            for key in list(itertools.islice(pending, count)):
+                if pending.pop(key, NOT_PENDING) is not NOT_PENDING:  # (`forget` takes no lock)
+                    self.dropped += 1
+
+    def count_dropped(self, count: int) -> None:
+        """`count` more keys' bookkeeping was dropped (a part that could not be written)."""
+        with self._lock:
+            self.dropped += count
 
     def give_back(self, batch: Batch) -> None:
-        """Re-attach a batch whose write failed (a busy database): it goes out next time."""
+        """Re-attach a batch whose write failed (a busy database): it goes out next time, as
+        far as MAX_PENDING allows (the rest is dropped)."""
         pending, hits, misses = batch
         with self._lock:
-            for key, value in pending.items():
-                if len(self.pending) >= _MAX_PENDING:
+            for number, (key, value) in enumerate(pending.items()):
+                if len(self.pending) >= MAX_PENDING:
+                    self.dropped += len(pending) - number
                     break
                 if self.column == "access_count":
                     counted = self.pending.get(key)
@@ -196,7 +230,7 @@ class AccessLog:
     def reset_after_fork(self) -> None:
         """The parent's unwritten reads are the parent's to write."""
         self.pending = {}
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.dropped = 0
         self.scheduled = False
         self._lock = threading.Lock()
         self.flushing = threading.Lock()

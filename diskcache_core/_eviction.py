@@ -5,7 +5,8 @@ for long; a Timeout carries the count removed so far. The Store calls `check_siz
 `check_every` bytes written: it drops expired items first, then evicts by policy while the cache
 is over its size_limit (the overshoot per writing process is bounded by that interval). Reads
 and overwrites are noted in an `AccessLog` and written in batches (see _access.py), `_FLUSH_BATCH`
-keys per transaction.
+keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes or drops the
+oldest part itself (`relieve`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from . import _reaper
 from . import _schema as sql
-from ._access import FINAL_WAIT, AccessLog, schedule_flush
+from ._access import FINAL_WAIT, MAX_PENDING, AccessLog, schedule_flush
 from ._arguments import check_tag, check_time
 from ._connections import ThreadState
 from ._errors import DiskCacheError, Timeout
@@ -98,12 +99,44 @@ class Evictor:
     def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None:
         """A get found (or missed) `db_key` (call only when `tracks_reads`)."""
         if self.access.record(db_key, raw, hit, now):
-            schedule_flush(self)
+            self._schedule()
 
     def note_use(self, db_key: Any, raw: Any, now: float) -> None:
         """An incr changed `db_key`: a use of it, as a read is, to the policy (not a hit)."""
         if self.access.used(db_key, raw, now):
-            schedule_flush(self)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """A note asked for a flush (the batch was empty, or is large): arrange it, and past
+        MAX_PENDING relieve the log here. Off the get path's common case: a note asks only
+        once per flush, or while FLUSH_SIZE keys or more wait."""
+        schedule_flush(self)
+        if len(self.access.pending) >= MAX_PENDING:
+            self.relieve()
+
+    def relieve(self) -> None:
+        """MAX_PENDING keys wait: the background writer has fallen behind (a thread reading
+        without pause holds the GIL that writer needs for each row). Write the oldest part
+        here, in one transaction that does not wait; where that cannot be (a flush or another
+        process holds the lock, this thread is inside a transaction, the cache is read-only),
+        drop it: the policy loses those reads, and memory stays bounded."""
+        access = self.access
+        if not access.flushing.acquire(blocking=False):
+            access.drop_oldest(_FLUSH_BATCH)
+            return
+        try:
+            state = getattr(self.store.local, "state", None)
+            if state is not None and (state.depth or state.con.in_transaction):
+                access.drop_oldest(_FLUSH_BATCH)  # (its failure would undo the caller's block)
+                return
+            part = access.take_oldest(_FLUSH_BATCH, False)
+            try:
+                with self.store.transaction(timeout=0.0) as state:
+                    access.write(state.con, part)
+            except Exception:  # noqa: BLE001 - busy, read-only, full: the part is dropped
+                access.count_dropped(len(part[0]))
+        finally:
+            access.flushing.release()
 
     def note_write(self, db_key: Any, raw: Any, now: float) -> Any:
         """A write is about to store `db_key` (call only when `tracks_writes`, and before the
@@ -124,7 +157,7 @@ class Evictor:
         if inserted:
             self.access.unstore(db_key, raw, previous)
         elif self.access.needs_schedule():
-            schedule_flush(self)
+            self._schedule()
 
     def note_removed(self, db_key: Any, raw: Any) -> None:
         """`db_key` was removed: nothing to refresh for it any more."""
@@ -135,19 +168,23 @@ class Evictor:
         """Write this process's batched bookkeeping now; `timeout` replaces the cache's wait for
         the write lock for this call (the background flusher waits briefly, retries later)."""
         access = self.access
-        # Taken first: a batch the background flusher took is written (or given back) before
-        # this returns. `hits_misses` waits too: a batch is counted nowhere meanwhile.
-        with access.flushing:
-            if not access.has_pending():
-                return
-            parts = access.split(access.take(), _FLUSH_BATCH)
-            for number, part in enumerate(parts):
+        # One part at a time, the oldest keys first, each taken and written under `flushing`:
+        # a part another thread took is written (or given back) before this writes its own, and
+        # `hits_misses` waits for the first part, which carries the hits and misses (counted
+        # nowhere meanwhile). Only one part is ever out of the log; between parts a thread at
+        # MAX_PENDING may write one itself. As many parts as the keys waiting now make up:
+        # keys noted meanwhile do not keep this call going.
+        parts = 1 + (len(access.pending) - 1) // _FLUSH_BATCH
+        for number in range(max(parts, 1)):
+            with access.flushing:
+                if not access.has_pending():
+                    return
+                part = access.take_oldest(_FLUSH_BATCH, number == 0)
                 try:
                     with self.store.transaction(timeout=timeout) as state:
                         access.write(state.con, part)
                 except Exception:
-                    for unwritten in parts[number:]:
-                        access.give_back(unwritten)
+                    access.give_back(part)
                     raise
 
     def flush_finally(self) -> None:

@@ -4,10 +4,11 @@ database."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
-from store_helpers import WriteLockHolder, item_rows, wait_until
+from store_helpers import WriteLockHolder, connect, item_rows, wait_until
 
 import diskcache_core as dc
 
@@ -308,3 +309,179 @@ def test_a_write_that_inserts_leaves_no_refresh_and_an_overwrite_does(make_store
     times = dict(item_rows(cache.directory, f"key, {access.column}"))
     assert max(times, key=times.get) in ('a', 'c')
     assert min(times['a'], times['c']) > max(times['b'], times['d'], times['big'])
+
+
+# --- what waits is bounded (issue 35, item 8) ------------------------------------------------
+
+_FILL = (
+    "WITH RECURSIVE number(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM number WHERE n < ?)"
+    " INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+    " mode, filename, value) SELECT 'k' || n, 1, 0.0, NULL, 0.0, 0, NULL, 0, 1, NULL, n FROM number"
+)
+
+
+def _fill(cache, count):
+    """Items 'k0', 'k1', ... holding 0, 1, ..., stored at time 0, never read: one statement in the
+    library's own transaction (a set per key would take most of the test's time)."""
+    with cache._store.transaction() as state:
+        state.execute(_FILL, (count - 1,))
+    assert len(cache) == count
+
+
+def _read_all(cache, count):
+    """Get 'k0' ... in order, once each; the most keys that waited after any get."""
+    access = cache._evictor.access
+    get = cache.get
+    most = 0
+    for number in range(count):
+        assert get(f'k{number}') == number
+        waiting = len(access.pending)
+        if waiting > most:
+            most = waiting
+    return most
+
+
+def _keys_read(directory, column):
+    """The keys whose row holds a read (the fill left access_time and access_count at 0)."""
+    with contextlib.closing(connect(directory)) as con:
+        return {key for (key,) in con.execute(f'SELECT key FROM Cache WHERE {column} > 0')}
+
+
+def _stored_counter(directory, name):
+    with contextlib.closing(connect(directory)) as con:
+        return con.execute('SELECT value FROM Settings WHERE key = ?', (name,)).fetchone()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('settings, column', [
+    pytest.param({'eviction_policy': 'least-recently-used'}, 'access_time', id='lru'),
+    pytest.param(
+        {'eviction_policy': 'least-frequently-used', 'statistics': True}, 'access_count',
+        id='lfu+statistics',
+    ),
+])
+def test_a_million_distinct_reads_keep_what_waits_within_the_bound(make_store, settings, column):
+    """One thread reading distinct keys without pause outruns the background writer (it holds
+    the GIL that writer needs for every row): the old log kept them all, a million keys and
+    hundreds of MiB. Now no more than MAX_PENDING keys wait, and every read is accounted for:
+    written by close() at the latest, or counted as dropped."""
+    from diskcache_core import _access
+
+    reads = 1_000_000
+    cache = make_store(memory_size_limit=0, **settings)
+    _fill(cache, reads)
+    most = _read_all(cache, reads)
+    assert most <= _access.MAX_PENDING
+    cache.close()  # (and with it any part the background writer had out: written or dropped)
+    dropped = cache._evictor.access.dropped
+    assert len(_keys_read(cache.directory, column)) + dropped == reads
+    if settings.get('statistics'):
+        counters = [_stored_counter(cache.directory, name) for name in ('hits', 'misses')]
+        assert counters == [reads, 0]
+
+
+@pytest.mark.parametrize('settings, column', [
+    pytest.param({'eviction_policy': 'least-recently-used'}, 'access_time', id='lru'),
+    pytest.param({'eviction_policy': 'least-frequently-used'}, 'access_count', id='lfu'),
+])
+def test_reads_while_another_connection_holds_the_write_lock_are_bounded(
+    make_store, settings, column
+):
+    """Neither the background writer nor the reader can write: the reader drops the oldest keys
+    at MAX_PENDING (the old log gave every failed batch back, and grew with each read)."""
+    from diskcache_core import _access
+
+    reads = 3 * _access.MAX_PENDING
+    cache = make_store(memory_size_limit=0, **settings)
+    _fill(cache, reads)
+    with WriteLockHolder(cache.directory):
+        most = _read_all(cache, reads)
+    assert most <= _access.MAX_PENDING
+    cache.close()  # (and with it any part the background writer had out: written or dropped)
+    dropped = cache._evictor.access.dropped
+    # Nothing was written while the lock was held: all but what waited at its release (and the
+    # one part the background writer may have had out) was dropped.
+    assert dropped >= reads - _access.MAX_PENDING - 256
+    assert len(_keys_read(cache.directory, column)) + dropped == reads
+
+
+@pytest.mark.parametrize('settings, column', [
+    pytest.param({'eviction_policy': 'least-recently-used'}, 'access_time', id='lru'),
+    pytest.param({'eviction_policy': 'least-frequently-used'}, 'access_count', id='lfu'),
+])
+def test_with_no_background_writer_the_reader_writes_the_oldest_keys_itself(
+    make_store, monkeypatch, settings, column
+):
+    """The writer falls behind entirely (here: it never runs): at MAX_PENDING the reading
+    thread writes the keys noted longest ago itself, so nothing is dropped and what the database
+    holds is exactly the oldest reads."""
+    from diskcache_core import _access, _eviction
+
+    monkeypatch.setattr(_eviction, 'schedule_flush', lambda cache: None)
+    reads = 3 * _access.MAX_PENDING
+    cache = make_store(**settings)  # (the memory tier on: its hits are noted the same way)
+    _fill(cache, reads)
+    most = _read_all(cache, reads)
+    assert most <= _access.MAX_PENDING
+    access = cache._evictor.access
+    assert access.dropped == 0
+    written = reads - len(access.pending)
+    assert _keys_read(cache.directory, column) == {f'k{number}' for number in range(written)}
+    cache.close()
+    assert len(_keys_read(cache.directory, column)) == reads
+
+
+@pytest.mark.parametrize('policy, column, use', [
+    pytest.param(
+        'least-recently-stored', 'store_time', lambda cache, key: cache.set(key, -1), id='overwrite'
+    ),
+    pytest.param(
+        'least-frequently-used', 'access_count', lambda cache, key: cache.incr(key), id='incr'
+    ),
+])
+def test_overwrites_and_incr_keep_what_waits_within_the_bound(
+    make_store, monkeypatch, policy, column, use
+):
+    """The bound holds for every kind of note: an overwrite's store-time refresh and an incr's
+    use (bounds lowered, so that writes one transaction each reach them quickly)."""
+    from diskcache_core import _access, _eviction
+
+    monkeypatch.setattr(_access, 'FLUSH_SIZE', 100)
+    monkeypatch.setattr(_access, 'MAX_PENDING', 300)
+    monkeypatch.setattr(_eviction, 'MAX_PENDING', 300)
+    monkeypatch.setattr(_eviction, 'schedule_flush', lambda cache: None)
+    count = 1000
+    cache = make_store(memory_size_limit=0, eviction_policy=policy)
+    _fill(cache, count)
+    access = cache._evictor.access
+    most = 0
+    for number in range(count):
+        use(cache, f'k{number}')
+        most = max(most, len(access.pending))
+    assert most <= 300
+    assert access.dropped == 0
+    cache.close()
+    assert len(_keys_read(cache.directory, column)) == count
+
+
+def test_at_the_bound_inside_a_transaction_the_oldest_keys_are_dropped_not_written(
+    make_store, monkeypatch
+):
+    """A write of the reader's own would join the caller's transaction (and a failure of it
+    would undo the caller's block): inside one, the oldest keys are dropped instead."""
+    from diskcache_core import _access, _eviction
+
+    monkeypatch.setattr(_access, 'FLUSH_SIZE', 100)
+    monkeypatch.setattr(_access, 'MAX_PENDING', 300)
+    monkeypatch.setattr(_eviction, 'MAX_PENDING', 300)
+    monkeypatch.setattr(_eviction, 'schedule_flush', lambda cache: None)
+    cache = make_store(memory_size_limit=0, eviction_policy='least-recently-used')
+    _fill(cache, 1000)
+    with cache.transact():
+        most = _read_all(cache, 1000)
+        cache.set('written', 'in the block')
+    assert most <= 300
+    access = cache._evictor.access
+    assert access.dropped == 1000 - len(access.pending)
+    assert _keys_read(cache.directory, 'access_time') == {'written'}  # its row's own time: no read
+    assert cache.get('written') == 'in the block'
