@@ -7,6 +7,7 @@ reStructuredText simple table, so the console and the docs show the very same th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -184,6 +185,11 @@ def text_report(run: RunResults, ratios: Sequence[Ratio]) -> str:
     return "\n".join(parts)
 
 
+def _rst_options(text: str) -> str:
+    """``--option`` as literal text in reStructuredText (else "--" renders as a dash)."""
+    return re.sub(r"(?<![\w`])(--[a-z][a-z-]*)", r"``\1``", text)
+
+
 def _heading(text: str, underline: str) -> list[str]:
     return [text, underline * len(text), ""]
 
@@ -195,10 +201,10 @@ def rst_report(run: RunResults, ratios: Sequence[Ratio],
     lines = _heading("Benchmark results", "=")
     smoke = smoke_warning(run.parameters)
     if smoke:
-        lines += [".. warning::", "", f"   {smoke}", ""]
+        lines += [".. warning::", "", f"   {_rst_options(smoke)}", ""]
     lines += [describe_parameters(run.parameters), "", describe_machine(run.metadata), ""]
     if has_unsupported(run.results):
-        lines += [unsupported_note(), ""]
+        lines += [_rst_options(unsupported_note()), ""]
     for level, processes, group in _groups(run):
         lines += _heading(f"{LEVEL_TITLES.get(level, level)}, {plural(processes, 'process')}", "-")
         for result in group:
