@@ -128,7 +128,8 @@ def _compare(old: str, new: str, threshold_percent: float) -> int:
     before, after = RunResults.load(old), RunResults.load(new)
     differences = workload_differences(before, after)
     if differences:
-        print(f"cannot compare {old} with {new}: they measured different workloads", file=sys.stderr)
+        print(f"cannot compare {old} with {new}: they measured different workloads",
+              file=sys.stderr)
         for line in differences:
             print(f"  {line}", file=sys.stderr)
         print("run both with the same workload options (--quick, --operations, --warmup, --range,"

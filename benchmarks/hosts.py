@@ -497,10 +497,10 @@ def figure(run: HostsRun) -> Any:
 
 
 def _plot(run: HostsRun, path: str) -> str:
-    drawn = figure(run)
-    drawn.savefig(path, dpi=100)
     from .plots import _pyplot
 
+    drawn = figure(run)
+    drawn.savefig(path, dpi=100)
     _pyplot().close(drawn)
     return path
 

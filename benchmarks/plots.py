@@ -19,7 +19,7 @@ _CURVE_TICKS = (0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 _LINE_STYLES = ("-", "--", "-.", ":")
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     """pyplot on the file-only Agg backend, imported only when plots are wanted."""
     import matplotlib
 

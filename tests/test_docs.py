@@ -78,7 +78,8 @@ def test_the_api_reference_names_public_paths_only(html):
     """No private module on the API page: not in its text (docstrings), nor in a link's title
     (signatures, base classes), nor as a file name."""
     page = (html / 'api.html').read_text(encoding='utf-8')
-    private = sorted(set(re.findall(r'diskcache_core\._[a-z]\w*(?:\.\w+)*|\b_[a-z]\w*\.py\b', page)))
+    private_path = r'diskcache_core\._[a-z]\w*(?:\.\w+)*|\b_[a-z]\w*\.py\b'
+    private = sorted(set(re.findall(private_path, page)))
     assert private == [], private
     assert 'title="diskcache_core.Cache"' in page  # references still resolve, to public paths
     assert 'all options are described in' in page and 'href="memoize.html"' in page

@@ -47,8 +47,8 @@ def test_the_report_gives_figures_not_the_projects_targets():
     lines = text.splitlines()
     delete = next(line for line in lines if line.split()[:1] == ["delete"])
     assert delete.split()[1:] == ["120.0µs", "250.0µs", "—", "700.0µs"]
-    assert "—: fewer samples than the percentile needs (p90 10, p99 100); run more --operations." \
-        in lines
+    note = "—: fewer samples than the percentile needs (p90 10, p99 100); run more --operations."
+    assert note in lines
     # 50 delays: p90 but no p99.
     assert lines[-1].split() == ["p50", "2.55", "ms", "p90", "4.51", "ms", "p100", "5.00", "ms"]
     assert "SMOKE" not in text
@@ -68,7 +68,7 @@ def test_a_saved_run_reads_back():
 
 
 def test_the_plot_has_plain_labels_in_microseconds_and_the_legend_off_the_bars():
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e .[bench])")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install .[bench])")
     drawn = hosts.figure(made_up_run())
     try:
         drawn.canvas.draw()
