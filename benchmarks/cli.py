@@ -137,6 +137,8 @@ def _compare(old: str, new: str, threshold_percent: float) -> int:
         return NOT_COMPARABLE
     comparison = compare(before, after, threshold_percent / 100)
     print(format_comparison(comparison))
+    if before.parameters.get("smoke") or after.parameters.get("smoke"):
+        print("smoke runs (--quick): their figures are not measurements, nor these changes")
     return 1 if comparison.regressions else 0
 
 

@@ -456,6 +456,7 @@ def test_compare_refuses_results_of_different_workloads(
                             results=[backend_result("core-cache", 90_000.0)])
     other_seed.save(str(tmp_path / "seed.json"))
     assert main(["--compare", str(tmp_path / "smoke.json"), str(tmp_path / "seed.json")]) == 0
+    assert "smoke runs (--quick): their figures are not measurements" in capsys.readouterr().out
 
 
 def test_compare_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
