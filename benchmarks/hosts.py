@@ -491,7 +491,8 @@ def figure(run: HostsRun) -> Any:
         axis.grid(axis="y", which="major", alpha=0.4)
     handles, labels = axes[0].get_legend_handles_labels()
     drawn.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1))
-    drawn.suptitle(f"{run.hosts} hosts x {run.processes} processes, one Redis on loopback")
+    smoke = " (SMOKE RUN: not a measurement)" if run.smoke else ""
+    drawn.suptitle(f"{run.hosts} hosts x {run.processes} processes, one Redis on loopback{smoke}")
     drawn.tight_layout(rect=(0, 0.08, 1, 1))
     return drawn
 

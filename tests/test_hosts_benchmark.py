@@ -87,10 +87,16 @@ def test_the_plot_has_plain_labels_in_microseconds_and_the_legend_off_the_bars()
         box = legend.get_window_extent(renderer)
         for axis in axes:
             assert not box.overlaps(axis.get_window_extent(renderer)), axis.get_title()
+        assert "SMOKE" not in drawn.texts[0].get_text()
     finally:
         from benchmarks.plots import _pyplot
 
         _pyplot().close(drawn)
+    smoke = hosts.figure(made_up_run(smoke=True))
+    try:
+        assert "(SMOKE RUN: not a measurement)" in smoke.texts[0].get_text()
+    finally:
+        _pyplot().close(smoke)
 
 
 @needs_redis
