@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from . import catalog, summary
-from .compare import DEFAULT_THRESHOLD, compare, format_comparison
+from .compare import DEFAULT_THRESHOLD, compare, format_comparison, workload_differences
 from .output import write_outputs
 from .progress import Progress
 from .report import text_report
@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                       " and Django's RedisCache; hit ratio, commands/op, invalidation delay")
     diff = parser.add_argument_group("comparing result files")
     diff.add_argument("--compare", nargs=2, metavar=("OLD.json", "NEW.json"),
-                      help="compare two results.json files instead of running")
+                      help="compare two results.json files of the same workload instead of "
+                      "running (exit 1: regressions; 2: different workloads)")
     diff.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD * 100, metavar="PCT",
                       help="slowdown in percent flagged as a regression (default 10)")
     return parser
@@ -117,9 +118,27 @@ def _list_backends() -> int:
     return 0
 
 
+#: Exit status of ``--compare`` when the files cannot be compared (1 is: regressions found).
+NOT_COMPARABLE = 2
+
+
 def _compare(old: str, new: str, threshold_percent: float) -> int:
-    comparison = compare(RunResults.load(old), RunResults.load(new), threshold_percent / 100)
+    """Compare two result files; refuse files of different workloads, whose figures differ for
+    that reason alone (a smoke run against a full run reports dozens of false regressions)."""
+    before, after = RunResults.load(old), RunResults.load(new)
+    differences = workload_differences(before, after)
+    if differences:
+        print(f"cannot compare {old} with {new}: they measured different workloads",
+              file=sys.stderr)
+        for line in differences:
+            print(f"  {line}", file=sys.stderr)
+        print("run both with the same workload options (--quick, --operations, --warmup, --range,"
+              " --value-sizes, --mix)", file=sys.stderr)
+        return NOT_COMPARABLE
+    comparison = compare(before, after, threshold_percent / 100)
     print(format_comparison(comparison))
+    if before.parameters.get("smoke") or after.parameters.get("smoke"):
+        print("smoke runs (--quick): their figures are not measurements, nor these changes")
     return 1 if comparison.regressions else 0
 
 
@@ -148,7 +167,8 @@ def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(exc))
     plots = not args.no_plots and importlib.util.find_spec("matplotlib") is not None
     processes = (args.processes or [4])[0]
-    return hosts.main(args.hosts, processes, workload, args.output, plots, args.scratch, rows)
+    return hosts.main(args.hosts, processes, workload, args.output, plots, args.scratch, rows,
+                      smoke=args.quick)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -168,7 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     processes = args.processes or (QUICK if args.quick else DEFAULTS)["processes"]
     config = RunConfig(workload=workload, processes=processes, backends=specs,
                        start_method=args.start_method, scratch=args.scratch,
-                       run_timeout=args.run_timeout)
+                       run_timeout=args.run_timeout, smoke=args.quick)
     progress = Progress(total_runs=0, quiet=args.quiet)
     try:
         run = Runner(config, progress).run()

@@ -1,5 +1,8 @@
 """Compare two result files: per backend, process count, action and percentile, the ratio new/old,
 with regressions beyond a threshold flagged (the CLI then exits non-zero).
+
+Only runs of the same workload compare (`workload_differences`: the CLI refuses others), and
+only percentiles that both sample counts support (`ActionStats.supports`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ METRICS = ("median", "p90", "p99", "p99.9", "max")
 #: Metrics that can flag a regression; the far tail and the maximum are too noisy on a shared box.
 FLAGGED_METRICS = ("median", "p90", "p99")
 DEFAULT_THRESHOLD = 0.10
+#: The parameters that make the workload: runs that differ in one measure different things.
+WORKLOAD_PARAMETERS = ("operations", "warmup", "key_range", "value_sizes", "mix")
 
 
 @dataclass(frozen=True)
@@ -47,10 +52,21 @@ class Comparison:
     only_new: list[tuple[str, int]]
     threshold: float = DEFAULT_THRESHOLD
     flagged: tuple[str, ...] = FLAGGED_METRICS
+    left_out: int = 0  #: metrics not compared: a side has too few samples for the percentile
 
     @property
     def regressions(self) -> list[Change]:
         return [change for change in self.changes if change.regression]
+
+
+def workload_differences(old: RunResults, new: RunResults) -> list[str]:
+    """How the two runs' workloads differ, one line per parameter (empty: the same workload)."""
+    return [
+        f"{name}: {old.parameters.get(name)!r} in the old file, {new.parameters.get(name)!r} in"
+        " the new"
+        for name in WORKLOAD_PARAMETERS
+        if old.parameters.get(name) != new.parameters.get(name)
+    ]
 
 
 def compare(old: RunResults, new: RunResults, threshold: float = DEFAULT_THRESHOLD,
@@ -58,6 +74,7 @@ def compare(old: RunResults, new: RunResults, threshold: float = DEFAULT_THRESHO
     """Every metric change between the runs; a flagged metric slower by more than ``threshold``
     (0.10 = 10 %) is a regression."""
     changes = []
+    left_out = 0
     old_keys = {(r.name, r.processes) for r in old.results}
     new_keys = {(r.name, r.processes) for r in new.results}
     for result in new.results:
@@ -69,13 +86,16 @@ def compare(old: RunResults, new: RunResults, threshold: float = DEFAULT_THRESHO
             if previous is None or not previous.count or not stats.count:
                 continue
             for metric in METRICS:
+                if not (previous.supports(metric) and stats.supports(metric)):
+                    left_out += 1
+                    continue
                 change = Change(result.name, result.processes, action, metric,
                                 previous.metric(metric), stats.metric(metric), False)
                 if metric in flagged and change.ratio > 1.0 + threshold:
                     change = Change(**{**change.__dict__, "regression": True})
                 changes.append(change)
     return Comparison(changes, sorted(old_keys - new_keys), sorted(new_keys - old_keys),
-                      threshold, tuple(flagged))
+                      threshold, tuple(flagged), left_out)
 
 
 def format_comparison(comparison: Comparison) -> str:
@@ -94,6 +114,8 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"   {name} with {processes} processes: only in the old file")
     for name, processes in comparison.only_new:
         lines.append(f"   {name} with {processes} processes: only in the new file")
+    if comparison.left_out:
+        lines.append(f"   {comparison.left_out} percentile(s) left out: too few samples on a side")
     count = len(comparison.regressions)
     limit = f"{comparison.threshold:.0%} in {', '.join(comparison.flagged)}"
     verdict = f"{count} regression(s)" if count else "no regression"

@@ -10,6 +10,7 @@ from typing import Any
 
 from .report import LEVEL_TITLES, plural
 from .results import BackendResult, RunResults
+from .stats import supported
 from .workload import ACTIONS
 
 BAR_METRICS = ("median", "p90", "p99")
@@ -18,7 +19,7 @@ _CURVE_TICKS = (0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 _LINE_STYLES = ("-", "--", "-.", ":")
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     """pyplot on the file-only Agg backend, imported only when plots are wanted."""
     import matplotlib
 
@@ -37,7 +38,7 @@ def human_microseconds(value: float) -> str:
     return f"{value / 1e6:g}s"
 
 
-def _latency_axis(axis: Any) -> None:
+def latency_axis(axis: Any) -> None:
     """A log-scaled y axis labelled in human units; 1-2-5 steps unless it spans many decades."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -59,8 +60,10 @@ def bar_chart(group: list[BackendResult], path: str, title: str) -> None:
     for axis, action in zip(axes, ACTIONS):
         lowest = float("inf")
         for offset, metric in enumerate(BAR_METRICS):
+            # No bar for a percentile the sample count cannot support (the tables show "—").
             heights = [
-                r.actions[action].metric(metric) / 1e3 if r.actions[action].count else 0.0
+                r.actions[action].metric(metric) / 1e3 if r.actions[action].supports(metric)
+                else 0.0
                 for r in group
             ]
             lowest = min([lowest, *(h for h in heights if h > 0)])
@@ -70,7 +73,7 @@ def bar_chart(group: list[BackendResult], path: str, title: str) -> None:
             # Bars on a log scale start at the axis bottom: put it well below the shortest bar
             # so that small differences do not look like large ones.
             axis.set_ylim(bottom=lowest / 4)
-        _latency_axis(axis)
+        latency_axis(axis)
         axis.set_title(action)
         axis.set_xticks(list(positions))
         axis.set_xticklabels([r.short for r in group], rotation=35, ha="right")
@@ -91,12 +94,15 @@ def percentile_chart(group: list[BackendResult], path: str, title: str) -> None:
     colors = plt.get_cmap("tab10")
     for axis, action in zip(axes, ACTIONS):
         for index, result in enumerate(group):
-            curve = [(p / 100, ns / 1e3) for p, ns in result.actions[action].curve if ns > 0]
+            stats = result.actions[action]
+            # The curve stops at the last percentile the sample count supports.
+            curve = [(p / 100, ns / 1e3) for p, ns in stats.curve
+                     if ns > 0 and supported(p, stats.count)]
             if curve:
                 axis.plot([p for p, _ in curve], [us for _, us in curve], label=result.short,
                           color=colors(index % 10), linestyle=_LINE_STYLES[index // 10 % 4])
         axis.set_xscale("logit")
-        _latency_axis(axis)
+        latency_axis(axis)
         axis.set_xlim(_CURVE_TICKS[0], _CURVE_TICKS[-1])
         axis.xaxis.set_major_locator(FixedLocator(list(_CURVE_TICKS)))
         axis.xaxis.set_minor_formatter(NullFormatter())

@@ -7,10 +7,12 @@ reStructuredText simple table, so the console and the docs show the very same th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from .results import BackendResult, RunResults
+from .stats import REPORTED, min_samples
 from .summary import SUMMARY_METRICS, Ratio
 from .workload import ACTIONS
 
@@ -18,6 +20,8 @@ COLUMNS = ("Action", "Count", "Miss", "Median", "P90", "P99", "P99.9", "Max", "T
 _PERCENTILE_COLUMNS = ("median", "p90", "p99", "p99.9")
 _WIDTH = 9
 LEVEL_TITLES = {"cache": "Cache level", "django": "Django level (django.core.cache)"}
+#: A table cell of a percentile that the action's sample count cannot support.
+UNSUPPORTED = "—"
 
 
 def format_duration(nanoseconds: float) -> str:
@@ -50,7 +54,8 @@ def backend_table(result: BackendResult) -> str:
     for action in ACTIONS:
         stats = result.actions[action]
         cells = [action, str(stats.count), str(stats.misses)]
-        cells += [format_duration(stats.percentiles[name]) for name in _PERCENTILE_COLUMNS]
+        cells += [format_duration(stats.percentiles[name]) if stats.supports(name) else UNSUPPORTED
+                  for name in _PERCENTILE_COLUMNS]
         cells += [format_duration(stats.max), format_duration(stats.total)]
         lines.append(_row(cells))
     count = sum(stats.count for stats in result.actions.values())
@@ -60,6 +65,31 @@ def backend_table(result: BackendResult) -> str:
     lines.append(_row(["Total", str(count), str(misses), *blanks, format_duration(total)]))
     lines.append(rule)
     return "\n".join(lines)
+
+
+def has_unsupported(results: Sequence[BackendResult]) -> bool:
+    """Whether some table of ``results`` shows a percentile as `UNSUPPORTED`."""
+    return any(stats.count and not stats.supports(name)
+               for result in results for stats in result.actions.values()
+               for name in _PERCENTILE_COLUMNS)
+
+
+def unsupported_note() -> str:
+    """What a `UNSUPPORTED` cell means."""
+    needs = ", ".join(f"{name} {min_samples(percent):,}" for name, percent in REPORTED
+                      if min_samples(percent) > 1)
+    return (f"{UNSUPPORTED}: fewer samples than the percentile needs to say more than the largest"
+            f" sample ({needs}); run more --operations.")
+
+
+def smoke_warning(parameters: dict[str, Any]) -> Optional[str]:
+    """The caveat of a smoke run (``--quick``), or None for a measurement."""
+    if not parameters.get("smoke"):
+        return None
+    recorded = int(parameters.get("operations", 0)) - int(parameters.get("warmup", 0))
+    return (f"SMOKE RUN (--quick): {recorded:,} recorded operations per process. It shows that "
+            "every backend runs; its figures are not measurements and its ratios can be far off. "
+            "Run without --quick to measure.")
 
 
 def describe_parameters(parameters: dict[str, Any]) -> str:
@@ -134,19 +164,30 @@ def _notes(run: RunResults) -> list[str]:
 
 def text_report(run: RunResults, ratios: Sequence[Ratio]) -> str:
     """Everything for the console: parameters, one table per backend, the ratio summary."""
-    parts = [describe_parameters(run.parameters), describe_machine(run.metadata), ""]
+    smoke = smoke_warning(run.parameters)
+    parts = [f"*** {smoke} ***", ""] if smoke else []
+    parts += [describe_parameters(run.parameters), describe_machine(run.metadata), ""]
     for level, processes, group in _groups(run):
         parts.append(f"## {LEVEL_TITLES.get(level, level)}, {plural(processes, 'process')}")
         parts.append("")
         for result in group:
             parts += [backend_table(result), ""]
+    if has_unsupported(run.results):
+        parts += [unsupported_note(), ""]
     if ratios:
-        parts += ["## Summary: latency ratio, backend / reference (below 1 is faster)", "",
-                  ratio_table(ratios), ""]
+        parts += ["## Summary: latency ratio, backend / reference (below 1 is faster)", ""]
+        if smoke:
+            parts += ["Smoke run: these ratios are not measurements.", ""]
+        parts += [ratio_table(ratios), ""]
     notes = _notes(run)
     if notes:
         parts += ["## Not measured", *(f"  {line}" for line in notes), ""]
     return "\n".join(parts)
+
+
+def _rst_options(text: str) -> str:
+    """``--option`` as literal text in reStructuredText (else "--" renders as a dash)."""
+    return re.sub(r"(?<![\w`])(--[a-z][a-z-]*)", r"``\1``", text)
 
 
 def _heading(text: str, underline: str) -> list[str]:
@@ -158,7 +199,12 @@ def rst_report(run: RunResults, ratios: Sequence[Ratio],
     """A reStructuredText page for the docs; ``images`` maps (level, processes) to PNG names."""
     images = images or {}
     lines = _heading("Benchmark results", "=")
+    smoke = smoke_warning(run.parameters)
+    if smoke:
+        lines += [".. warning::", "", f"   {_rst_options(smoke)}", ""]
     lines += [describe_parameters(run.parameters), "", describe_machine(run.metadata), ""]
+    if has_unsupported(run.results):
+        lines += [_rst_options(unsupported_note()), ""]
     for level, processes, group in _groups(run):
         lines += _heading(f"{LEVEL_TITLES.get(level, level)}, {plural(processes, 'process')}", "-")
         for result in group:
@@ -168,7 +214,8 @@ def rst_report(run: RunResults, ratios: Sequence[Ratio],
     if ratios:
         lines += _heading("Summary", "-")
         lines += ["Ratio of latencies, backend / reference, measured in the same run: below 1 "
-                  "is faster.", "", ratio_table(ratios), ""]
+                  "is faster." + (" Smoke run: these ratios are not measurements." if smoke
+                                  else ""), "", ratio_table(ratios), ""]
     notes = _notes(run)
     if notes:
         lines += _heading("Not measured", "-")

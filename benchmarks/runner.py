@@ -46,6 +46,7 @@ class RunConfig:
     start_method: Optional[str] = None  #: fork, spawn or forkserver; None: the platform default
     scratch: Optional[str] = None  #: parent directory of the caches' directories
     run_timeout: float = 1800.0  #: seconds one (backend, process count) run may take
+    smoke: bool = False  #: a ``--quick`` smoke run: the reports say its figures are no measurement
 
     def parameters(self, start_method: str) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class RunConfig:
             "backends": [spec.name for spec in self.backends],
             "start_method": start_method,
             "scratch": self.scratch or tempfile.gettempdir(),
+            "smoke": self.smoke,
         }
 
 

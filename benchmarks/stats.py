@@ -7,6 +7,7 @@ and of ``statistics.quantiles(method="inclusive")`` — so a percentile of sorte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,22 @@ CURVE_PERCENTILES: tuple[float, ...] = (
     + tuple(round(99 + p / 10, 1) for p in range(1, 10))
     + tuple(round(99.9 + p / 100, 2) for p in range(1, 10))
 )
+
+
+def min_samples(percent: float) -> int:
+    """The fewest samples whose ``percent`` percentile says something of its own: at least one
+    sample must lie beyond it (p90 needs 10, p99 100, p99.9 1,000); the median and below need
+    one. With fewer, the figure is just the largest sample or an interpolation towards it."""
+    if not 0.0 <= percent <= 100.0:
+        raise ValueError(f"percent must be within 0..100, not {percent}")
+    if percent <= 50.0 or percent == 100.0:
+        return 1
+    return math.ceil(round(100.0 / (100.0 - percent), 6))
+
+
+def supported(percent: float, count: int) -> bool:
+    """Whether ``count`` samples can support their ``percent`` percentile (`min_samples`)."""
+    return count >= min_samples(percent)
 
 
 def percentile(sorted_values: Sequence[float], percent: float) -> float:
@@ -54,6 +71,13 @@ class ActionStats:
     max: float = 0.0
     total: float = 0.0
     curve: list[tuple[float, float]] = field(default_factory=list)  #: (percent, ns) pairs
+
+    def supports(self, name: str) -> bool:
+        """Whether this action's sample count supports the metric ``name`` (`min_samples`):
+        reports show "—" for a percentile it does not, and comparisons leave it out."""
+        if name in ("max", "min", "total"):
+            return self.count > 0
+        return self.count > 0 and supported(dict(REPORTED)[name], self.count)
 
     @property
     def median(self) -> float:

@@ -49,6 +49,8 @@ def _ratios(result: BackendResult, reference: BackendResult) -> list[Ratio]:
         if mine is None or theirs is None or not mine.count or not theirs.count:
             continue
         for metric in SUMMARY_METRICS:
+            if not (mine.supports(metric) and theirs.supports(metric)):
+                continue  # too few samples on a side for this percentile: no ratio
             denominator = theirs.metric(metric)
             if denominator > 0:
                 ratios.append(Ratio(result.label, reference.label, result.processes, action,

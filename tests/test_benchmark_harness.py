@@ -35,7 +35,8 @@ from benchmarks.report import backend_table, format_duration, ratio_table, rst_r
 from benchmarks.results import BackendResult, RunResults  # noqa: E402
 from benchmarks.runner import RunConfig, Runner  # noqa: E402
 from benchmarks.servers import HOST, SERVERS, MemcachedServer, RedisServer, Server  # noqa: E402
-from benchmarks.stats import REPORTED, ActionStats, percentile, summarize  # noqa: E402
+from benchmarks.report import text_report  # noqa: E402
+from benchmarks.stats import REPORTED, ActionStats, min_samples, percentile, summarize  # noqa: E402
 from benchmarks.workload import ACTIONS, DELETE, GET, SET, Workload, plan_operations  # noqa: E402
 
 PERCENTILE_ORDER = ["median", "p90", "p99", "p99.9"]
@@ -217,7 +218,75 @@ def test_summarize_uses_every_sample() -> None:
         summarize("get", [1, 2], misses=3)
 
 
+@pytest.mark.parametrize("percent, needed", [
+    (0.0, 1), (50.0, 1), (90.0, 10), (99.0, 100), (99.9, 1_000), (99.99, 10_000), (100.0, 1),
+    (75.0, 4),
+])
+def test_min_samples_puts_one_sample_beyond_the_percentile(percent: float, needed: int) -> None:
+    assert min_samples(percent) == needed
+
+
+def test_a_percentile_is_supported_from_its_minimum_sample_count() -> None:
+    few = summarize("delete", range(1, 100), misses=0)  # 99 samples
+    enough = summarize("delete", range(1, 101), misses=0)
+    assert [few.supports(name) for name, _ in REPORTED] == [True, True, False, False]
+    assert [enough.supports(name) for name, _ in REPORTED] == [True, True, True, False]
+    assert few.supports("max") and not summarize("get", [], 0).supports("median")
+
+
 # --- report --------------------------------------------------------------------------------------
+
+
+def smoke_parameters(smoke: bool) -> dict[str, Any]:
+    return {"operations": 1_000, "warmup": 100, "key_range": 100, "mix": [90, 9, 1],
+            "value_sizes": [1, 100], "start_method": "fork", "smoke": smoke}
+
+
+def test_a_smoke_run_is_marked_and_a_measurement_is_not() -> None:
+    results = [backend_result("core-cache", 5_000.0), backend_result("diskcache-cache", 10_000.0)]
+    smoke = RunResults(parameters=smoke_parameters(True), results=results)
+    ratios = summary.compute(smoke)
+    text = text_report(smoke, ratios)
+    assert text.startswith("*** SMOKE RUN (--quick): 900 recorded operations per process.")
+    assert "Smoke run: these ratios are not measurements." in text
+    page = rst_report(smoke, ratios)
+    assert ".. warning::\n\n   SMOKE RUN (``--quick``)" in page
+    assert _docutils_tables(page) is None or len(_docutils_tables(page) or []) == 3
+    measured = RunResults(parameters=smoke_parameters(False), results=results)
+    assert "SMOKE" not in text_report(measured, ratios) + rst_report(measured, ratios)
+    assert "Smoke run" not in text_report(measured, ratios) + rst_report(measured, ratios)
+
+
+def test_reports_print_a_dash_for_unsupported_percentiles_with_a_note() -> None:
+    result = backend_result("core-cache", 5_000.0)
+    result.actions["delete"] = summarize("delete", [1_000 * n for n in range(1, 8)], misses=0)
+    result.actions["get"] = summarize("get", range(1, 2_001), misses=0)
+    run = RunResults(parameters=smoke_parameters(False), results=[result])
+    rows = {line.split()[0]: line.split() for line in backend_table(result).splitlines()[5:8]}
+    assert rows["get"][3:7] == ["1.000µs", "1.800µs", "1.980µs", "1.998µs"]  # 2,000 samples
+    assert rows["delete"][3:7] == ["4.000µs", "—", "—", "—"]  # 7 samples: a median only
+    assert rows["set"][3:7][-1] == "—"  # 100 samples: no p99.9
+    note = "—: fewer samples than the percentile needs to say more than the largest sample " \
+           "(p90 10, p99 100, p99.9 1,000); run more --operations."
+    assert note in text_report(run, [])
+    assert note.replace("--operations", "``--operations``") in rst_report(run, [])
+    full = backend_result("core-cache", 5_000.0)
+    for action in ACTIONS:
+        full.actions[action] = summarize(action, range(1, 1_001), misses=0)
+    assert "—" not in text_report(RunResults(results=[full]), [])
+
+
+def test_ratios_leave_out_percentiles_a_side_cannot_support() -> None:
+    ours, theirs = backend_result("core-cache", 5_000.0), backend_result("diskcache-cache", 1.0)
+    ours.actions["delete"] = summarize("delete", [7_000] * 7, misses=0)
+    theirs.actions["delete"] = summarize("delete", [100] * 500, misses=0)
+    ratios = {(r.action, r.metric): r.ratio for r in summary.compute(RunResults(
+        results=[ours, theirs]))}
+    assert ratios[("delete", "median")] == 70.0
+    assert ("delete", "p99") not in ratios  # 7 samples: no p99, so no 59x ratio of it
+    assert ("get", "p99") in ratios and ("set", "p99") in ratios
+
+
 
 
 @pytest.mark.parametrize("nanoseconds, text", [
@@ -236,8 +305,9 @@ def test_backend_table_layout() -> None:
     assert table[3].split() == ["Action", "Count", "Miss", "Median", "P90", "P99", "P99.9",
                                 "Max", "Total"]
     assert table[0] == table[4] == table[-1] and set(table[0]) == {"=", " "}
-    assert table[5].split() == ["get", "3", "1", "12.000µs", "13.600µs", "13.960µs",
-                                "13.996µs", "14.000µs", "36.000µs"]
+    # Three samples support a median, not a p90 or beyond ("—": stats.min_samples).
+    assert table[5].split() == ["get", "3", "1", "12.000µs", "—", "—", "—", "14.000µs",
+                                "36.000µs"]
     assert [line.split()[0] for line in table[5:9]] == ["get", "set", "delete", "Total"]
     total_row = table[8].split()
     assert total_row[1] == str(3 + 100 + 100) and total_row[-1] == "2.436ms"
@@ -351,6 +421,42 @@ def test_compare_does_not_flag_an_improvement_or_noise() -> None:
     assert all(c.percent == pytest.approx(-50.0) for c in comparison.changes)
     assert "no regression" in format_comparison(comparison)
     assert not compare(*_pair_of_runs(10_500.0), threshold=0.10).regressions
+
+
+def test_compare_leaves_out_percentiles_a_side_cannot_support() -> None:
+    old, new = _pair_of_runs(10_000.0)
+    new.results[0].actions["delete"] = summarize("delete", [90_000] * 7, misses=0)
+    comparison = compare(old, new, threshold=0.10)
+    compared = {(c.action, c.metric) for c in comparison.changes}
+    assert ("delete", "median") in compared and ("delete", "p90") not in compared
+    assert ("get", "p99") in compared and ("get", "p99.9") not in compared  # 100 samples
+    # The delete median is 9x slower: one regression, not one per noisy tail percentile.
+    assert [(c.action, c.metric) for c in comparison.regressions] == [("delete", "median")]
+    assert comparison.left_out == 3 + 2  # p90, p99, p99.9 of delete; p99.9 of get and set
+    assert "5 percentile(s) left out: too few samples on a side" in format_comparison(comparison)
+
+
+def test_compare_refuses_results_of_different_workloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = RunResults(parameters={**smoke_parameters(False), "operations": 100_000,
+                                  "warmup": 1_000},
+                      results=[backend_result("core-cache", 10_000.0)])
+    smoke = RunResults(parameters=smoke_parameters(True),
+                       results=[backend_result("core-cache", 90_000.0)])
+    full.save(str(tmp_path / "full.json"))
+    smoke.save(str(tmp_path / "smoke.json"))
+    assert main(["--compare", str(tmp_path / "full.json"), str(tmp_path / "smoke.json")]) == 2
+    captured = capsys.readouterr()
+    assert "regression" not in captured.out + captured.err
+    assert "they measured different workloads" in captured.err
+    assert "operations: 100000 in the old file, 1000 in the new" in captured.err
+    # The same workload with another seed compares.
+    other_seed = RunResults(parameters={**smoke_parameters(True), "seed": 5},
+                            results=[backend_result("core-cache", 90_000.0)])
+    other_seed.save(str(tmp_path / "seed.json"))
+    assert main(["--compare", str(tmp_path / "smoke.json"), str(tmp_path / "seed.json")]) == 0
+    assert "smoke runs (--quick): their figures are not measurements" in capsys.readouterr().out
 
 
 def test_compare_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -541,6 +647,26 @@ def test_missing_server_binary_is_a_skip_with_install_hint(
 
 
 # --- end to end ----------------------------------------------------------------------------------
+
+
+def test_quick_run_is_reported_as_a_smoke_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--quick`` end to end on our Cache alone: the report, results.txt, results.rst and the
+    JSON say it is a smoke run, and a p99.9 of its few hundred gets is not printed."""
+    output = tmp_path / "out"
+    code = main(["--quick", "--backends", "core-cache", "--processes", "1", "--no-plots",
+                 "--start-method", "fork", "--output", str(output), "--quiet"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert printed.startswith("*** SMOKE RUN (--quick): 900 recorded operations per process.")
+    assert (output / "results.txt").read_text(encoding="utf-8") + "\n" == printed
+    assert ".. warning::" in (output / "results.rst").read_text(encoding="utf-8")
+    data = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert data["parameters"]["smoke"] is True
+    (result,) = data["results"]
+    get_row = next(line for line in printed.splitlines() if line.split()[:1] == ["get"])
+    assert result["actions"]["get"]["count"] < 1_000 and get_row.split()[6] == "—"
 
 
 def check_result_numbers(result: dict[str, Any], workload: Workload, processes: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -71,6 +72,24 @@ def test_every_public_name_is_in_the_api_reference(html):
     documented = documented_objects(html)
     missing = [name for name in diskcache_core.__all__ if f'diskcache_core.{name}' not in documented]
     assert missing == [], f'add these to docs/api.rst: {missing}'
+
+
+def test_the_api_reference_names_public_paths_only(html):
+    """No private module on the API page: not in its text (docstrings), nor in a link's title
+    (signatures, base classes), nor as a file name."""
+    page = (html / 'api.html').read_text(encoding='utf-8')
+    private_path = r'diskcache_core\._[a-z]\w*(?:\.\w+)*|\b_[a-z]\w*\.py\b'
+    private = sorted(set(re.findall(private_path, page)))
+    assert private == [], private
+    assert 'title="diskcache_core.Cache"' in page  # references still resolve, to public paths
+    assert 'all options are described in' in page and 'href="memoize.html"' in page
+
+
+def test_the_theme_fits_wide_tables(html):
+    """Furo with a wider column (docs/_static/wide.css), not alabaster's narrow one."""
+    page = (html / 'benchmarks.html').read_text(encoding='utf-8')
+    assert 'furo' in page and 'alabaster' not in page
+    assert (html / '_static' / 'wide.css').exists() and '_static/wide.css' in page
 
 
 def test_every_setting_is_described():

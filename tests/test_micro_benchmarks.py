@@ -7,6 +7,7 @@ Speed targets are reported by ``python -m benchmarks.micro``, never asserted her
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,21 @@ def test_plain_pytest_does_not_collect_the_benchmarks() -> None:
         check=False,
     )  # fmt: skip
     assert process.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, process.stdout
+
+
+def test_the_run_needs_no_pytest_timeout(tmp_path: Path) -> None:
+    """With the bench extra alone (no pytest-timeout: blocked here), the benchmarks' pytest run
+    reads pyproject.toml's `timeout` without "Unknown config option: timeout"."""
+    from benchmarks.micro.__main__ import pytest_command
+
+    command = pytest_command(tmp_path / "raw.json", quick=True, only="get_miss")
+    command += ["--collect-only", "-p", "no:timeout", "-W", "error::pytest.PytestConfigWarning"]
+    process = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=QUICK_RUN_TIMEOUT, check=False)
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output[-4000:]
+    assert "Unknown config option" not in output
+    assert re.search(r"^[\d/]+ tests? collected", process.stdout, re.MULTILINE), output[-4000:]
 
 
 @pytest.mark.parametrize(

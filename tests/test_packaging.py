@@ -164,7 +164,7 @@ def test_the_sdist_ships_what_its_tests_import(dists, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_wheel_declares_its_license_and_urls(dists):
+def test_the_wheel_declares_its_license_and_no_placeholder_urls(dists):
     _, wheel = dists
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -177,8 +177,8 @@ def test_the_wheel_declares_its_license_and_urls(dists):
     assert not [name for name in names if name.startswith(('tests/', 'benchmarks/'))]
     assert 'License-Expression: Apache-2.0' in metadata
     assert 'License-File: LICENSE' in metadata
-    for label in ('Homepage', 'Documentation', 'Source', 'Changelog'):
-        assert re.search(rf'^Project-URL: {label}, https://\S+$', metadata, re.MULTILINE), label
+    # The project has no public home yet: no made-up address is declared.
+    assert not re.search(r'^Project-URL:', metadata, re.MULTILINE), metadata
 
 
 # --- the README ------------------------------------------------------------------------------
@@ -222,3 +222,23 @@ def test_the_readme_gives_the_commands_ci_and_benchmarks_run():
     if ci.exists():  # (an sdist does not ship CI's entry point)
         assert re.search(r'^exec bash scripts/test\.sh\b', ci.read_text(), re.MULTILINE)
     assert re.search(r"pip install .*-e '\.\[test\]'", (ROOT / 'scripts' / 'test.sh').read_text())
+
+
+def test_the_readme_installs_from_a_checkout_first():
+    """The package is not on PyPI yet: the README's first install command installs the checkout,
+    and where it names the PyPI package it says that it is not published."""
+    commands = [text.strip() for language, text in readme_literal_blocks() if not language]
+    installs = [command for command in commands if 'pip install' in command]
+    assert installs, commands
+    assert re.fullmatch(r'python3 -m pip install (-e )?\.', installs[0]), installs[0]
+    text = ' '.join((ROOT / 'README.rst').read_text(encoding='utf-8').split())
+    for match in re.finditer(r'pip install [\'"]?diskcache-core\b', text):
+        sentence_start = text.rfind('. ', 0, match.start()) + 1
+        assert 'not published' in text[sentence_start:match.end()], text[sentence_start:match.end()]
+
+
+def test_the_project_declares_no_placeholder_urls():
+    """No made-up home page in the metadata (the wheel's is checked by the slow test above)."""
+    tomllib = pytest.importorskip('tomllib')
+    project = tomllib.loads((ROOT / 'pyproject.toml').read_text(encoding='utf-8'))['project']
+    assert 'urls' not in project, project.get('urls')

@@ -18,13 +18,18 @@ from benchmarks.micro.operations import repeats
 WARM_UP_SECONDS = 1.0
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     parser.getgroup("micro").addoption(
         "--micro-quick",
         action="store_true",
         default=False,
         help="run every micro-benchmark with a few rounds only (smoke run)",
     )
+    if not pluginmanager.has_plugin("timeout"):
+        # pyproject.toml sets the test suite's `timeout` (pytest-timeout, in the test extra),
+        # which this run reads too; with the bench extra alone pytest would warn "Unknown
+        # config option: timeout". The benchmarks need no timeout: register the name only.
+        parser.addini("timeout", "the test suite's pytest-timeout limit (unused here)")
 
 
 def _quick(config: pytest.Config) -> bool:
