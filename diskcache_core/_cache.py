@@ -53,7 +53,7 @@ class Cache(CacheBase, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
-    them: every item operation goes through the remote tier (_remotetier.py, :doc:`remote`).
+    them: every item operation goes through the remote tier (:doc:`remote`).
     """
 
     def memoize(
@@ -63,8 +63,8 @@ class Cache(CacheBase, AsyncCacheMixin):
         """Decorator: remember the function's results in this cache, keyed by its arguments.
 
         Works on functions, methods and ``async def`` functions; ``expire=0`` looks results up
-        but never stores them. One implementation for every cache type: all options are
-        documented on ``diskcache_core._memo.memoize``.
+        but never stores them. One implementation for every cache type:
+        all options are described in :doc:`memoize`.
         """
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 

@@ -28,14 +28,6 @@ version = release = diskcache_core.__version__
 PUBLIC_NAMES = frozenset(diskcache_core.__all__)
 _PRIVATE_TARGET = re.compile(r"^diskcache_core\._[a-z_]+\.(\w+)$")
 
-#: Docstrings that name a private module, and the public text the reference shows instead.
-#: (Their wording belongs in the library; until it changes, the rewrite keeps the page public.)
-PRIVATE_REFERENCES = {
-    "all options are documented on ``diskcache_core._memo.memoize``.":
-        "all options are described in :doc:`memoize`.",
-    "(_remotetier.py, :doc:`remote`)": "(:doc:`remote`)",
-}
-
 
 def _public_targets(app, doctree) -> None:
     """Cross-references to ``diskcache_core._module.Name`` target ``diskcache_core.Name`` when
@@ -46,16 +38,6 @@ def _public_targets(app, doctree) -> None:
         match = _PRIVATE_TARGET.match(node.get("reftarget", ""))
         if match and match.group(1) in PUBLIC_NAMES:
             node["reftarget"] = f"diskcache_core.{match.group(1)}"
-
-
-def _public_docstring(app, what, name, obj, options, lines: list[str]) -> None:
-    """Rewrite `PRIVATE_REFERENCES` in a docstring (lines are edited in place, as autodoc
-    wants), wherever the phrase is wrapped."""
-    text = "\n".join(lines)
-    for private, public in PRIVATE_REFERENCES.items():
-        pattern = r"\s+".join(re.escape(word) for word in private.split())
-        text = re.sub(pattern, lambda _: public, text)
-    lines[:] = text.split("\n")
 
 
 extensions = ["sphinx.ext.autodoc"]
@@ -118,6 +100,5 @@ def _always_reread_benchmarks(app, env, added, changed, removed) -> list[str]:
 def setup(app):
     app.connect("source-read", _insert_results)
     app.connect("env-get-outdated", _always_reread_benchmarks)
-    app.connect("autodoc-process-docstring", _public_docstring)
     app.connect("doctree-read", _public_targets)
     return {"parallel_read_safe": True}
