@@ -32,7 +32,7 @@ from ._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableEr
 from ._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
 __all__ = [
-    "MANY", "Item", "RemoteStore", "decode_item", "decode_key", "encode_item", "encode_key", "stamp_hash",
+    "Item", "RemoteStore", "decode_item", "decode_key", "encode_item", "encode_key", "stamp_hash",
 ]
 
 _FORMAT = 1
@@ -274,17 +274,17 @@ class RemoteStore:
     def name(self, encoded_key: bytes) -> bytes:
         return self.prefix + encoded_key
 
-    def call(self, function: Callable[[], _T], write: str = "") -> _T:
+    def call(self, function: Callable[[], _T], write: str = "", many: bool = False) -> _T:
         """Run one client call, translating redis-py's errors into the library's.
 
-        `write` is what the call writes, "" for a read: a write whose request may have left
-        raises `RemoteOutcomeUnknownError` (`_request_left`). A call of several commands
-        (a pipeline) says so with `MANY`: only a failure before anything was sent is certain.
+        `write` names what the call writes ("" for a read): a write whose request may have
+        left raises `RemoteOutcomeUnknownError` (`_request_left`). `many`: the call sends
+        several commands (a pipeline), so only a failure before anything was sent is certain.
         """
         try:
             return function()
         except _REDIS_ERRORS as exc:
-            raise _translated(exc, self.url, write) from exc
+            raise _translated(exc, self.url, write, many) from exc
 
     # --- items --------------------------------------------------------------------------------
 
@@ -371,7 +371,7 @@ class RemoteStore:
             return 0
         if self.cluster:  # multi-key commands must stay within one slot: one DEL per key
             return sum(self.call(
-                lambda: self._each(names, lambda pipe, name: pipe.delete(name)), MANY + "clear"
+                lambda: self._each(names, lambda pipe, name: pipe.delete(name)), "clear", many=True
             ))
         return int(self.call(lambda: self.client.delete(*names), "clear"))
 
@@ -383,7 +383,8 @@ class RemoteStore:
                 lambda: self._each(
                     names, lambda pipe, name: self._evict_tag(keys=[name], args=[field], client=pipe)
                 ),
-                MANY + "evict",
+                "evict",
+                many=True,
             )
         )
 
@@ -446,8 +447,6 @@ def _retries_off() -> dict[str, Any]:
 _NO_CLUSTER_RETRIES = _retries_off()
 
 
-MANY = "several commands: "  # `RemoteStore.call`'s mark of a pipeline's write
-
 _CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
 # redis-py's functions that make a connection ready (connect, log in, hand shake, take it from
@@ -490,16 +489,14 @@ def _request_left(exc: BaseException, many: bool) -> bool:
     return False
 
 
-def _translated(exc: Exception, url: str, write: str = "") -> Exception:
+def _translated(exc: Exception, url: str, write: str = "", many: bool = False) -> Exception:
     """The library's error for a redis-py error (the one place they are translated); `write`
-    as `RemoteStore.call` takes it."""
+    and `many` as `RemoteStore.call` takes them."""
     where = safe_url(url)
     if write and isinstance(exc, (*_CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
-        many = write.startswith(MANY)
         if _request_left(exc, many):
-            what = write[len(MANY):] if many else write
             return RemoteOutcomeUnknownError(
-                f"remote {where}: {what} sent, and no reply: Redis may have applied it, or may"
+                f"remote {where}: {write} sent, and no reply: Redis may have applied it, or may"
                 f" yet ({exc})"
             )
     if isinstance(exc, redis.exceptions.AuthenticationError) or (

@@ -86,17 +86,21 @@ def stalled(server, seconds):
 
 @pytest.fixture
 def stall_next(server, monkeypatch):
-    """stall_next(cache, key, method, seconds): Redis stops just before the next call of the
-    RemoteStore `method` (set, delete, pop, touch, compare_and_set) of `key`'s shard sends its
-    command, for `seconds`: the stall hits that write, not a read before it."""
+    """stall_next(cache, key, method, seconds, skip): Redis stops just before the next call (after
+    `skip` calls) of the RemoteStore `method` (set, delete, pop, touch, compare_and_set, ...) of
+    `key`'s shard sends its command, for `seconds`: the stall hits that write, not a read."""
     timers = []
 
-    def arm(cache, key, method, seconds=STALL):
+    def arm(cache, key, method, seconds=STALL, skip=0):
         shard = cache.shard_for(key) if hasattr(cache, "shard_for") else cache
         store = shard._remote._remote
         original = getattr(store, method)
+        calls = []
 
         def stalling(*args, **kwargs):
+            calls.append(args)
+            if len(calls) <= skip:
+                return original(*args, **kwargs)
             monkeypatch.setattr(store, method, original)  # this call only
             server.pause()
             timer = threading.Timer(seconds, server.resume)
@@ -171,6 +175,19 @@ def test_fanout_cache_gives_up_only_on_writes_that_never_reached_redis(server, h
     assert settled(fanout, "sent") == 1
     assert settled(fanout, "unsent") is None
     server.client().ping()
+
+
+def test_a_clear_failing_midway_says_how_many_it_removed_and_that_the_rest_is_unknown(
+    hosts, stall_next
+):
+    a, b = hosts()
+    for number in range(700):  # two batches of names (500 a batch)
+        a.set(number, number)
+    stall_next(a, 0, "delete_names", skip=1)
+    with pytest.raises(RemoteOutcomeUnknownError) as raised:
+        a.clear()
+    assert raised.value.args[0] == 500  # the first batch; the second may yet be applied
+    assert [settled(b, number) for number in (0, 699)] == [None, None]  # (it was)
 
 
 def test_a_write_to_a_server_that_refuses_is_certainly_not_applied(tmp_path):
