@@ -196,7 +196,9 @@ class Lock:
     ``acquire``/``release``. One Lock object may be shared by threads: each thread's acquisition
     keeps its own token, so a thread whose hold expired cannot release the next holder's lock; a
     thread that acquired nothing through the object releases the hold it has (as
-    ``threading.Lock`` lets any thread release).
+    ``threading.Lock`` lets any thread release). On a cache with a remote the item always
+    expires: after `expire`, or without it at the end of a lease this process renews while it
+    holds the lock (_leases.py), so a host that dies holding it frees it.
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
@@ -311,7 +313,8 @@ class RLock:
     The item holds ``(owner, count)``; each acquire by the owner adds one, each release takes
     one away and the last deletes the item. Only the owner may release (RuntimeError
     otherwise). With `expire`, the lock is freed `expire` seconds after the owner's last
-    acquire or release, so a dead owner does not hold it forever.
+    acquire or release, so a dead owner does not hold it forever; on a cache with a remote,
+    without `expire`, at the end of a lease the owner's process renews (as `Lock`'s).
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
@@ -432,6 +435,8 @@ class BoundedSemaphore:
     seconds after it was taken, so a holder that dies frees its own slot, whatever the others
     do (a single counter would leak that slot while the others keep the item fresh).
     ``release`` returns a lease this object took; releasing more than were taken is a ValueError.
+    On a cache with a remote, a lease without `expire` lasts while its process renews it (as
+    `Lock`'s).
     """
 
     def __init__(

@@ -298,6 +298,24 @@ def test_a_lock_whose_holder_died_is_freed_when_its_lease_ends(tmp_path, options
         cache.close()
 
 
+def test_a_memoized_hit_is_returned_when_its_refresh_marker_has_an_unknown_outcome(
+    hosts, stall_next
+):
+    (a,) = hosts(1)
+    calls = []
+
+    @diskcache_core.memoize_stampede(a, expire=60, beta=1e12)  # every hit refreshes early
+    def double(x):
+        calls.append(x)
+        time.sleep(0.001)
+        return x * 2
+
+    assert double(21) == 42
+    stall_next(a, double.__cache_key__(21) + "#refresh", "set")
+    assert double(21) == 42  # the old code raised: the marker's add had no reply
+    assert calls == [21]  # no refresh started: the marker may be stored (it expires)
+
+
 def test_a_local_lock_carries_no_lease(tmp_path):
     with Cache(str(tmp_path / "local")) as cache:
         lock = diskcache_core.Lock(cache, "L")
