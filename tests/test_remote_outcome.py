@@ -177,6 +177,15 @@ def test_fanout_cache_gives_up_only_on_writes_that_never_reached_redis(server, h
     server.client().ping()
 
 
+def test_a_write_that_could_not_be_sent_whole_is_certainly_not_applied(server, hosts):
+    # More than the loopback's socket buffers hold (4 MiB sent, up to 32 MiB received): with
+    # Redis stopped, the write itself times out, and an incomplete command is never run.
+    (fanout,) = hosts(1, fanout=True)
+    with stalled(server, LONG_STALL):
+        assert fanout.set("big", b"x" * (64 << 20)) is False  # a give-up, and a true one
+    assert settled(fanout, "big") is None
+
+
 def test_a_clear_failing_midway_says_how_many_it_removed_and_that_the_rest_is_unknown(
     hosts, stall_next
 ):
