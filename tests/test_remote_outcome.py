@@ -71,17 +71,44 @@ def hosts(tmp_path, options):
         cache.close()
 
 
+class Staller:
+    """Stops Redis (`stop_for`) and continues it `seconds` later, from a thread started
+    beforehand: nothing (a thread starting, under load) holds up the caller's next command
+    between the stop and its sending."""
+
+    def __init__(self, server):
+        self._server = server
+        self._go = threading.Event()
+        self._seconds = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        self._go.wait()
+        time.sleep(self._seconds)
+        self._server.resume()
+
+    def stop_for(self, seconds):
+        self._seconds = seconds
+        self._server.pause()
+        self._go.set()
+
+    def join(self):
+        """Wait for the resumption (and resume in any case)."""
+        self._go.set()
+        self._thread.join(helpers.WAIT)
+        self._server.resume()
+
+
 @contextlib.contextmanager
 def stalled(server, seconds):
-    """Redis stopped now, continued `seconds` later by a timer (and at the latest on exit)."""
-    server.pause()
-    timer = threading.Timer(seconds, server.resume)
-    timer.start()
+    """Redis stopped now, continued `seconds` later (and at the latest on exit)."""
+    staller = Staller(server)
+    staller.stop_for(seconds)
     try:
         yield
     finally:
-        timer.join()
-        server.resume()
+        staller.join()
 
 
 @pytest.fixture
@@ -89,12 +116,14 @@ def stall_next(server, monkeypatch):
     """stall_next(cache, key, method, seconds, skip): Redis stops just before the next call (after
     `skip` calls) of the RemoteStore `method` (set, delete, pop, touch, compare_and_set, ...) of
     `key`'s shard sends its command, for `seconds`: the stall hits that write, not a read."""
-    timers = []
+    stallers = []
 
     def arm(cache, key, method, seconds=STALL, skip=0):
         shard = cache.shard_for(key) if hasattr(cache, "shard_for") else cache
         store = shard._remote._remote
         original = getattr(store, method)
+        staller = Staller(server)
+        stallers.append(staller)
         calls = []
 
         def stalling(*args, **kwargs):
@@ -102,18 +131,14 @@ def stall_next(server, monkeypatch):
             if len(calls) <= skip:
                 return original(*args, **kwargs)
             monkeypatch.setattr(store, method, original)  # this call only
-            server.pause()
-            timer = threading.Timer(seconds, server.resume)
-            timers.append(timer)
-            timer.start()
+            staller.stop_for(seconds)
             return original(*args, **kwargs)
 
         monkeypatch.setattr(store, method, stalling)
 
     yield arm
-    for timer in timers:
-        timer.join()
-    server.resume()
+    for staller in stallers:
+        staller.join()
 
 
 def settled(cache, key):
@@ -125,11 +150,13 @@ def settled(cache, key):
 # --- writes ----------------------------------------------------------------------------------------
 
 
-def test_a_write_without_reply_says_its_outcome_is_unknown_and_redis_applies_it(server, hosts):
+def test_a_write_without_reply_says_its_outcome_is_unknown_and_redis_applies_it(
+    hosts, stall_next
+):
     a, b = hosts()
-    with stalled(server, STALL):
-        with pytest.raises(RemoteOutcomeUnknownError) as raised:
-            a.add("k", "v")
+    stall_next(a, "k", "set")  # Redis stopped for 0.5 s as the add is sent (timeout: 0.3 s)
+    with pytest.raises(RemoteOutcomeUnknownError) as raised:
+        a.add("k", "v")
     assert isinstance(raised.value, RemoteUnavailableError)  # existing handlers still catch it
     assert settled(b, "k") == "v"  # applied after the client gave up: "not stored" would lie
     assert a.get("k") == "v" and b.get("k") == "v"
@@ -177,12 +204,13 @@ def test_fanout_cache_gives_up_only_on_writes_that_never_reached_redis(server, h
     server.client().ping()
 
 
-def test_a_write_that_could_not_be_sent_whole_is_certainly_not_applied(server, hosts):
+def test_a_write_that_could_not_be_sent_whole_is_certainly_not_applied(hosts, stall_next):
     # More than the loopback's socket buffers hold (4 MiB sent, up to 32 MiB received): with
     # Redis stopped, the write itself times out, and an incomplete command is never run.
     (fanout,) = hosts(1, fanout=True)
-    with stalled(server, LONG_STALL):
-        assert fanout.set("big", b"x" * (64 << 20)) is False  # a give-up, and a true one
+    big = b"x" * (64 << 20)
+    stall_next(fanout, "big", "set", LONG_STALL)
+    assert fanout.set("big", big) is False  # a give-up, and a true one
     assert settled(fanout, "big") is None
 
 
@@ -283,8 +311,8 @@ def test_a_remote_lock_is_renewed_while_held(server, hosts, monkeypatch):
     assert 0 < ttl <= 2000  # a lease, though expire=None
     time.sleep(3.0)  # past the first lease: renewed meanwhile
     assert diskcache_core.Lock(b, "L").acquire(blocking=False) is False
-    lock.release()
-    assert diskcache_core.Lock(b, "L").acquire(blocking=False) is True
+    lock.release()  # (host B hears of it within the bound of remote.rst: it polls)
+    assert diskcache_core.Lock(b, "L").acquire(timeout=helpers.WAIT) is True
 
 
 def test_a_lock_whose_holder_died_is_freed_when_its_lease_ends(tmp_path, options):
