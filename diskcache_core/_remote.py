@@ -261,8 +261,8 @@ class RemoteStore:
                 self.client: Any = redis.cluster.RedisCluster.from_url(
                     plain_url, **options, **_NO_CLUSTER_RETRIES
                 )
-            else:
-                self.client = redis.Redis.from_url(plain_url, **options)
+            else:  # (no retry: a command sent again after a timeout could run twice)
+                self.client = redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
         except (ValueError, TypeError) as exc:
             raise ValueError(f"remote URL {url!r}: {exc}") from None
         except _REDIS_ERRORS as exc:  # a cluster client connects at once

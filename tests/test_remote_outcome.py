@@ -227,6 +227,14 @@ def test_a_clear_failing_midway_says_how_many_it_removed_and_that_the_rest_is_un
     assert [settled(b, number) for number in (0, 699)] == [None, None]  # (it was)
 
 
+def test_no_command_is_ever_sent_twice(hosts):
+    # A retry after a timeout would run a write twice (an incr counted twice, a pop emptying
+    # another caller's item), and would hide where the first attempt failed.
+    (a,) = hosts(1)
+    connection = a._remote._remote.client.connection_pool.make_connection()
+    assert connection.retry.get_retries() == 0
+
+
 def test_a_write_to_a_server_that_refuses_is_certainly_not_applied(tmp_path):
     with RedisTestServer() as temporary:
         cache = Cache(str(tmp_path / "c"), remote=temporary.url, remote_timeout=TIMEOUT)
