@@ -19,6 +19,7 @@ from ._errors import (
     FloatOverflowError,
     ReadOnlyCacheWarning,
     RemoteError,
+    RemoteOutcomeUnknownError,
     RemoteUnavailableError,
     RemoteUnsupportedError,
     StoredSettingWarning,
@@ -30,7 +31,8 @@ from ._errors import (
 from ._memo import Memoized, memoize_stampede
 from ._memory import MemoryStats
 from ._persistent import Deque, Index
-from ._recipes import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
+from ._ratelimit import Averager, throttle
+from ._recipes import BoundedSemaphore, Lock, RLock, barrier
 from ._schema import EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
@@ -63,6 +65,7 @@ __all__ = [
     "RLock",
     "ReadOnlyCacheWarning",
     "RemoteError",
+    "RemoteOutcomeUnknownError",
     "RemoteUnavailableError",
     "RemoteUnsupportedError",
     "SafeDisk",

@@ -4,6 +4,7 @@
      └── DiskCacheError                  anything the library raises on its own account
           ├── Timeout                    a write could not take the database lock in time
           │    └── RemoteUnavailableError  the remote (Redis) could not be reached in time
+          │         └── RemoteOutcomeUnknownError  a write was sent, no answer came: maybe applied
           ├── RemoteError                anything else the remote refused (authentication, ...)
           │    └── RemoteUnsupportedError an operation a cache with a remote cannot do
           ├── DatabaseError              SQLite failed for another reason (I/O, corrupt, ...)
@@ -39,6 +40,7 @@ __all__ = [
     "FloatOverflowError",
     "ReadOnlyCacheWarning",
     "RemoteError",
+    "RemoteOutcomeUnknownError",
     "RemoteUnavailableError",
     "RemoteUnsupportedError",
     "StoredSettingWarning",
@@ -67,10 +69,24 @@ class Timeout(DiskCacheError):
 
 
 class RemoteUnavailableError(Timeout):
-    """The remote (Redis) did not answer: refused, timed out, or down. Nothing was written.
+    """The remote (Redis) did not answer: refused, timed out, or down. A write that raises it
+    (and not its subclass `RemoteOutcomeUnknownError`) was certainly not applied; a bulk
+    removal's ``args[0]`` is the count removed before it, as for `Timeout`.
 
     A `Timeout`, so that FanoutCache reports a write to an unreachable remote as a give-up,
     the way it reports a busy shard.
+    """
+
+
+class RemoteOutcomeUnknownError(RemoteUnavailableError):
+    """A write reached the remote (Redis), or may have, and no answer came in time (a timeout
+    waiting for the reply, a connection dropped after sending): Redis may apply it later, or
+    may not. Neither "done" nor "not done" would be true, so it is said. Raised by writes only
+    (reads and a write that certainly never left raise `RemoteUnavailableError`); FanoutCache
+    raises it too rather than give up. Read the item again once Redis answers to find out.
+
+    A `RemoteUnavailableError` (and so a `Timeout`): code that handles an unreachable remote
+    catches it too.
     """
 
 

@@ -5,6 +5,10 @@ lets N writers proceed at once, and a short per-shard timeout turns a busy shard
 reported give-up (``set`` returns False, ``get`` returns the default) instead of a wait that
 blocks the caller. Code written for python-diskcache's FanoutCache runs unchanged.
 
+A give-up is only ever reported for a write that certainly did not happen: a remote write whose
+outcome is unknown (sent to Redis, no reply in time) raises `RemoteOutcomeUnknownError`, since
+False or None there would be read as "not stored" while Redis may store it.
+
 Placement: one function (`_layout.placement`, fixed by the directory's layout file) maps a key
 to its shard; every keyed operation goes through it, and every operation that may give up runs
 through `FanoutCache._on_shard`, which turns the shard's `Timeout` into the documented result.
@@ -31,7 +35,7 @@ from ._cache import Cache
 from ._check import check_layout_leftovers
 from ._directories import open_cache_directory
 from ._disk import ENOVAL, Disk, check_disk_class
-from ._errors import RemoteUnavailableError, Timeout
+from ._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
 from ._layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -239,10 +243,13 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
 
         `gave_up` is the method's documented result for giving up (False, None, or the default
         in the shape a success would have); each give-up is counted for ``stats().timeouts``.
+        A remote write whose outcome is unknown is no give-up: it raises.
         """
         shard = self._shards[self._number(key)]
         try:
             return cast(R, getattr(shard, method)(key, *args))
+        except RemoteOutcomeUnknownError:
+            raise
         except Timeout:
             self._gave_up()
             return gave_up
@@ -308,10 +315,13 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         tag: Any = None,
         retry: bool = False,
     ) -> bool:
-        """Store `value` under `key`; True, or False when its shard stayed busy."""
+        """Store `value` under `key`; True, or False when its shard stayed busy (a remote write
+        whose outcome is unknown raises `RemoteOutcomeUnknownError`)."""
         shard = self._shards[self._number(key)]  # _on_shard written out, as in get
         try:
             return shard.set(key, value, expire, read, tag, retry)
+        except RemoteOutcomeUnknownError:
+            raise
         except Timeout:
             self._gave_up()
             return False

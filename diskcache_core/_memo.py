@@ -31,7 +31,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, o
 from ._arguments import check_expire, check_tag
 from ._async import start_sync
 from ._disk import ENOVAL
-from ._errors import FloatOverflowError, Timeout
+from ._errors import FloatOverflowError, RemoteOutcomeUnknownError, Timeout
 from ._memokeys import check_ignore, encode_value, make_key, quote_text
 from ._recipes import Lock, backoff_delays, full_name, lease_seconds
 
@@ -264,7 +264,13 @@ def _stampede_steps(
             # One refresher per key: the marker stays until the refresh ends (at most
             # `lock_expire`, should the refresher die), however long the computation takes.
             marker = key + _REFRESH_SUFFIX
-            if (yield functools.partial(memo.cache.add, marker, None, expire=lock_expire, retry=True)):
+            try:
+                added = yield functools.partial(
+                    memo.cache.add, marker, None, expire=lock_expire, retry=True
+                )
+            except RemoteOutcomeUnknownError:  # no refresh now: the marker expires by itself
+                added = False
+            if added:
                 try:
                     yield _Detach(_refresh(memo, key, marker))
                 except BaseException:  # (cancelled as its marker was added: no refresh runs)

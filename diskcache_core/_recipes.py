@@ -1,5 +1,6 @@
-"""Cross-process synchronization built on a cache: Lock, RLock, BoundedSemaphore, Averager,
-throttle and barrier (python-diskcache's recipes, same signatures).
+"""Cross-process synchronization built on a cache: Lock, RLock, BoundedSemaphore and barrier
+(python-diskcache's recipes, same signatures; Averager and throttle are in _ratelimit.py), and
+the atomic change of one item they all use.
 
 Every primitive keeps its state in one cache item, changed atomically with ``add`` or inside
 ``transact``, so it works across threads and processes sharing the cache directory — and, on a
@@ -12,7 +13,11 @@ module adds to the peer's recipes:
 - with ``expire``, a holder that dies never blocks the others for longer than that: a Lock's
   item expires, and a BoundedSemaphore keeps one lease per holder, each with its own expiry;
 - a lock is released only by its holder (RuntimeError otherwise), so a holder whose lock
-  expired cannot release the next holder's lock.
+  expired cannot release the next holder's lock;
+- on a cache with a remote, a hold is never left held by nobody (_leases.py): each carries a
+  token and an expiry (a lease renewed while held, without `expire`); a write whose outcome is
+  unknown is settled by reading the token back once Redis answers; a release Redis does not
+  answer is completed in the background.
 
 Keep lock keys out of eviction's way: use ``eviction_policy='none'`` or a generous size limit.
 """
@@ -20,7 +25,6 @@ Keep lock keys out of eviction's way: use ``eviction_policy='none'`` or a genero
 from __future__ import annotations
 
 import functools
-import math
 import os
 import random
 import threading
@@ -29,23 +33,25 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _leases
 from ._arguments import check_seconds
 from ._disk import DELETE, KEEP
-from ._errors import FloatOverflowError
+from ._errors import RemoteOutcomeUnknownError, RemoteUnavailableError
+from ._leases import keeper, remote_shard, resolve
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
-    "Averager",
     "BoundedSemaphore",
     "Lock",
     "RLock",
     "backoff_delays",
     "barrier",
+    "change",
     "full_name",
+    "check_expire",
     "lease_seconds",
-    "throttle",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +60,7 @@ FIRST_DELAY = 0.001  # seconds before the first retry of a contended acquire
 MAX_DELAY = 0.05  # backoff cap: a released lock is noticed within this (plus jitter)
 
 
-def _change(
+def change(
     cache: Any, key: Any, function: Callable[[Any], tuple[Any, Any]], default: Any,
     expire: float | None, tag: Any,
 ) -> Any:
@@ -103,24 +109,26 @@ def lease_seconds(name: str, expire: Any) -> float:
     return seconds
 
 
-def _lease(expire: Any) -> float | None:
+def check_expire(expire: Any) -> float | None:
     """A recipe's `expire`: None (held or kept until released or replaced) or `lease_seconds`."""
     return None if expire is None else lease_seconds("expire", expire)
 
 
-def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) -> bool:
-    """Call `attempt` until it returns True, sleeping with backoff; False on timeout."""
+def _poll(attempt: Callable[[float | None], bool], blocking: bool, timeout: float | None) -> bool:
+    """Call `attempt` until it returns True, sleeping with backoff; False on timeout. `attempt`
+    is given the deadline (``time.monotonic()``; None: none) for settling an unknown outcome."""
     if not blocking and timeout is not None:
         raise ValueError("cannot specify a timeout for a non-blocking acquire")
     if timeout is not None:
         timeout = check_seconds("timeout", timeout)  # (a float from here on)
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, not {timeout!r}")
-    if attempt():
+    now = time.monotonic()
+    deadline = now if not blocking else None if timeout is None else now + timeout
+    if attempt(deadline):
         return True
     if not blocking:
         return False
-    deadline = None if timeout is None else time.monotonic() + timeout
     for delay in backoff_delays():
         if deadline is not None:
             remaining = deadline - time.monotonic()
@@ -128,9 +136,31 @@ def _poll(attempt: Callable[[], bool], blocking: bool, timeout: float | None) ->
                 return False
             delay = min(delay, remaining)
         time.sleep(delay)
-        if attempt():
+        if attempt(deadline):
             return True
     raise AssertionError("unreachable: backoff_delays never ends")  # pragma: no cover
+
+
+def _hold_seconds(shard: Any, expire: float | None) -> float | None:
+    """How long a hold lasts: `expire`; on a remote (`shard`) always `_remote_hold`."""
+    return expire if shard is None else _remote_hold(expire)
+
+
+def _remote_hold(expire: float | None) -> float:
+    """How long a hold on a remote lasts: `expire`, else the lease its holder renews."""
+    return _leases.REMOTE_LEASE if expire is None else expire
+
+
+def _taken_back(tokens: set[str], found: list[str]) -> Callable[[Any], tuple[Any, bool]]:
+    """A change function deleting a Lock's item if it holds one of `tokens` (noted in `found`)."""
+
+    def released(current: Any) -> tuple[Any, bool]:
+        if isinstance(current, str) and current in tokens:
+            found.append(current)
+            return DELETE, True
+        return KEEP, False
+
+    return released
 
 
 # An RLock owner is a thread of a process. The random part tells apart a process that reuses a
@@ -156,47 +186,6 @@ def _token() -> str:
     return f"{_process_identity}-{uuid.uuid4().hex}"
 
 
-class Averager:
-    """Running average kept in the cache: ``add`` values, read the mean with ``get``.
-
-    ``Averager(cache, 'latency')``, then ``add(0.08)`` and ``add(0.12)``: ``get()`` is 0.1.
-    The item holds ``(total, count)``, updated in a transaction.
-    """
-
-    def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
-        self._cache = cache
-        self._key = key
-        self._expire = _lease(expire)
-        self._tag = tag
-
-    def add(self, value: float) -> None:
-        """Add `value` to the average (an int too large for a float: FloatOverflowError)."""
-        if isinstance(value, int):
-            try:
-                float(value)  # what adding it to the float total does
-            except OverflowError:
-                bits = value.bit_length()  # (not its digits: str() of a huge int is limited)
-                raise FloatOverflowError(
-                    f"value (an int of {bits} bits) is too large for a float average"
-                ) from None
-
-        def added(current: tuple[float, int]) -> tuple[Any, None]:
-            total, count = current
-            return (total + value, count + 1), None
-
-        _change(self._cache, self._key, added, (0.0, 0), self._expire, self._tag)
-
-    def get(self) -> float | None:
-        """The current average, or None when nothing was added."""
-        total, count = self._cache.get(self._key, default=(0.0, 0), retry=True)
-        return None if count == 0 else total / count
-
-    def pop(self) -> float | None:
-        """Return the current average (None when empty) and delete it."""
-        total, count = self._cache.pop(self._key, default=(0.0, 0), retry=True)
-        return None if count == 0 else total / count
-
-
 class Lock:
     """Lock shared by the threads and processes using the cache; one item holds it.
 
@@ -207,36 +196,68 @@ class Lock:
     ``acquire``/``release``. One Lock object may be shared by threads: each thread's acquisition
     keeps its own token, so a thread whose hold expired cannot release the next holder's lock; a
     thread that acquired nothing through the object releases the hold it has (as
-    ``threading.Lock`` lets any thread release).
+    ``threading.Lock`` lets any thread release). On a cache with a remote the item always
+    expires: after `expire`, or without it at the end of a lease this process renews while it
+    holds the lock (_leases.py), so a host that dies holding it frees it.
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
         self._cache = cache
         self._key = key
-        self._expire = _lease(expire)
+        self._expire = check_expire(expire)
         self._tag = tag
         self._tokens: dict[int, str] = {}  # thread ident -> the token its acquisition holds
+        self._renewals: dict[str, Any] = {}  # token -> its renewal (on a remote, no `expire`)
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; True when taken.
 
         Waits (polling with backoff) unless `blocking` is False; gives up after `timeout`
-        seconds (None: no limit).
+        seconds (None: no limit). On a remote, an add whose outcome is unknown is settled by
+        reading the lock once Redis answers, within the same time (see _leases.py).
         """
-        token = _token()
+        shard = remote_shard(self._cache, self._key)
+        hold = _hold_seconds(shard, self._expire)
+        won: list[str] = []
 
-        def attempt() -> bool:
+        def attempt(deadline: float | None) -> bool:
             # Read first: a waiter takes the write lock only when the lock looks free.
             if self._key in self._cache:
                 return False
-            return bool(
-                self._cache.add(self._key, token, expire=self._expire, tag=self._tag, retry=True)
-            )
+            token = _token()
+            try:
+                taken = bool(
+                    self._cache.add(self._key, token, expire=hold, tag=self._tag, retry=True)
+                )
+            except RemoteOutcomeUnknownError:
+                undo = functools.partial(
+                    change, self._cache, self._key, _taken_back({token}, []), None, None, None
+                )
+                taken = resolve(
+                    shard, self._key, None, lambda held: held == token, deadline, undo,
+                    _remote_hold(self._expire), True,
+                )
+            if taken:
+                won.append(token)
+            return taken
 
         if not _poll(attempt, blocking, timeout):
             return False
+        token = won[-1]
         self._tokens[threading.get_ident()] = token
+        if shard is not None and self._expire is None:
+            lease = _remote_hold(None)
+            renew = functools.partial(self._renew, token, lease)
+            self._renewals[token] = keeper().keep(renew, lease)
         return True
+
+    def _renew(self, token: str, lease: float) -> bool:
+        """Store the lock's item again with a fresh lease while it holds `token`."""
+
+        def renewed(current: Any) -> tuple[Any, bool]:
+            return (current, True) if current == token else (KEEP, False)
+
+        return bool(change(self._cache, self._key, renewed, None, lease, KEEP))
 
     def release(self) -> None:
         """Release the lock; RuntimeError when this object does not hold it (or it expired)."""
@@ -248,15 +269,24 @@ class Lock:
                 f"release of lock {self._key!r} by a Lock object that did not acquire it"
                 " (it may be held through another object: that one releases it)"
             )
-        found: list[Any] = []
-
-        def released(current: Any) -> tuple[Any, bool]:
-            if isinstance(current, str) and current in tokens:
-                found.append(current)
-                return DELETE, True
-            return KEEP, False
-
-        if not _change(self._cache, self._key, released, None, None, None):
+        found: list[str] = []
+        for token in tokens:  # (the lease of a token not released ends: it is not held)
+            renewal = self._renewals.pop(token, None)
+            if renewal is not None:
+                keeper().drop(renewal)
+        try:
+            released = change(self._cache, self._key, _taken_back(tokens, found), None, None, None)
+        except RemoteUnavailableError:
+            # Redis did not answer (or may have released it): done once it answers, and by
+            # the end of the lease at the latest; the caller holds nothing from now on.
+            undo = _taken_back(tokens, [])
+            keeper().settle(
+                functools.partial(change, self._cache, self._key, undo, None, None, None),
+                _remote_hold(self._expire),
+            )
+            found.extend(tokens)
+            released = True
+        if not released:
             raise RuntimeError(
                 f"lock {self._key!r} expired before release: another holder may have taken it"
             )
@@ -283,44 +313,107 @@ class RLock:
     The item holds ``(owner, count)``; each acquire by the owner adds one, each release takes
     one away and the last deletes the item. Only the owner may release (RuntimeError
     otherwise). With `expire`, the lock is freed `expire` seconds after the owner's last
-    acquire or release, so a dead owner does not hold it forever.
+    acquire or release, so a dead owner does not hold it forever; on a cache with a remote,
+    without `expire`, at the end of a lease the owner's process renews (as `Lock`'s).
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
         self._cache = cache
         self._key = key
-        self._expire = _lease(expire)
+        self._expire = check_expire(expire)
         self._tag = tag
+        self._renewals: dict[str, Any] = {}  # owner -> its renewal (on a remote, no `expire`)
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Take the lock, or count one more hold if this thread owns it; True when taken."""
+        """Take the lock, or count one more hold if this thread owns it; True when taken.
+        (On a remote, an outcome unknown is settled as `Lock.acquire` settles it.)"""
         me = _owner()
+        shard = remote_shard(self._cache, self._key)
+        hold = _hold_seconds(shard, self._expire)
+        wrote: list[tuple[str, int]] = []
 
-        def attempt() -> bool:
+        def attempt(deadline: float | None) -> bool:
             owner, count = self._cache.get(self._key, default=(None, 0), retry=True)
             if count and owner != me:
                 return False  # held by another: do not take the write lock to find out
-            return bool(_change(self._cache, self._key, take, (None, 0), self._expire, self._tag))
+            try:
+                return bool(change(self._cache, self._key, take, (None, 0), hold, self._tag))
+            except RemoteOutcomeUnknownError:
+                new = wrote[-1]  # the owner's own count: no other writer stores this value
+                lease = _remote_hold(self._expire)
+                undo = self._step_back(me, new, lease)
+                return resolve(
+                    shard, self._key, (None, 0), lambda held: held == new, deadline, undo, lease,
+                    False,
+                )
 
         def take(current: tuple[Any, int]) -> tuple[Any, bool]:
             owner, count = current
             if count and owner != me:
                 return KEEP, False
+            wrote.append((me, count + 1))
             return (me, count + 1), True
 
-        return _poll(attempt, blocking, timeout)
+        if not _poll(attempt, blocking, timeout):
+            return False
+        renewal = self._renewals.get(me)
+        if shard is not None and self._expire is None and (renewal is None or renewal.ended):
+            lease = _remote_hold(None)
+            self._renewals[me] = keeper().keep(functools.partial(self._renew, me, lease), lease)
+        return True
+
+    def _renew(self, me: str, lease: float) -> bool:
+        """Store the lock's item again with a fresh lease while `me` owns it."""
+
+        def renewed(current: tuple[Any, int]) -> tuple[Any, bool]:
+            owner, count = current
+            return (current, True) if owner == me and count > 0 else (KEEP, False)
+
+        return bool(change(self._cache, self._key, renewed, (None, 0), lease, KEEP))
+
+    def _step_back(
+        self, me: str, before: tuple[str, int] | None, hold: float
+    ) -> Callable[[], Any]:
+        """A call taking one hold of `me` back if the item is still `before` (None: the value
+        `me` holds when it is first read), for the keeper: it may run more than once."""
+        state = [before]
+
+        def step_back(current: tuple[Any, int]) -> tuple[Any, None]:
+            owner, count = current
+            if state[0] is None and owner == me and count > 0:
+                state[0] = (owner, count)
+            if state[0] is None or tuple(current) != state[0]:
+                return KEEP, None
+            return (DELETE if count == 1 else (me, count - 1)), None
+
+        return functools.partial(
+            change, self._cache, self._key, step_back, (None, 0), hold, self._tag
+        )
 
     def release(self) -> None:
-        """Give up one hold; RuntimeError when the calling thread does not own the lock."""
+        """Give up one hold; RuntimeError when the calling thread does not own the lock. (On a
+        remote Redis does not answer: completed once it does, as `Lock.release`.)"""
         me = _owner()
+        shard = remote_shard(self._cache, self._key)
+        hold = _hold_seconds(shard, self._expire)
+        seen: list[tuple[str, int]] = []
 
         def give_back(current: tuple[Any, int]) -> tuple[Any, None]:
             owner, count = current
             if owner != me or count <= 0:
                 raise RuntimeError("cannot release un-acquired lock")
+            seen.append((owner, count))
             return (DELETE if count == 1 else (me, count - 1)), None
 
-        _change(self._cache, self._key, give_back, (None, 0), self._expire, self._tag)
+        try:
+            change(self._cache, self._key, give_back, (None, 0), hold, self._tag)
+        except RemoteUnavailableError:  # (on a remote) completed once Redis answers, as Lock's
+            lease = _remote_hold(self._expire)
+            keeper().settle(self._step_back(me, seen[-1] if seen else None, lease), lease)
+            return
+        renewal = self._renewals.get(me)
+        if renewal is not None and seen and seen[-1][1] == 1:
+            keeper().drop(renewal)
 
     def locked(self) -> bool:
         """True when some thread or process holds the lock."""
@@ -342,6 +435,8 @@ class BoundedSemaphore:
     seconds after it was taken, so a holder that dies frees its own slot, whatever the others
     do (a single counter would leak that slot while the others keep the item fresh).
     ``release`` returns a lease this object took; releasing more than were taken is a ValueError.
+    On a cache with a remote, a lease without `expire` lasts while its process renews it (as
+    `Lock`'s).
     """
 
     def __init__(
@@ -355,9 +450,10 @@ class BoundedSemaphore:
         self._cache = cache
         self._key = key
         self._value = value
-        self._expire = _lease(expire)
+        self._expire = check_expire(expire)
         self._tag = tag
         self._tokens: list[str] = []  # leases this object holds, newest last
+        self._renewals: dict[str, Any] = {}  # token -> its renewal (on a remote, no `expire`)
 
     def _live_leases(self, stored: Any) -> dict[str, float | None]:
         now = time.time()
@@ -373,26 +469,70 @@ class BoundedSemaphore:
         return {token: until for token, until in stored.items() if until is None or until > now}
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Take a slot; True when taken (waits with backoff unless `blocking` is False)."""
-        token = _token()
+        """Take a slot; True when taken (waits with backoff unless `blocking` is False). (On a
+        remote, an outcome unknown is settled as `Lock.acquire` settles it.)"""
+        shard = remote_shard(self._cache, self._key)
+        hold = _hold_seconds(shard, self._expire)
+        won: list[str] = []
 
-        def attempt() -> bool:
+        def attempt(deadline: float | None) -> bool:
             if len(self._live_leases(self._cache.get(self._key, default={}, retry=True))) >= self._value:
                 return False  # full: do not take the write lock to find out
-            return bool(_change(self._cache, self._key, take, {}, self._expire, self._tag))
+            token = _token()
 
-        def take(current: dict[str, float | None]) -> tuple[Any, bool]:
-            leases = self._live_leases(current)
-            if len(leases) >= self._value:
-                return KEEP, False
-            leases[token] = None if self._expire is None else time.time() + self._expire
-            # The item outlives its newest lease; expired leases are dropped on each write.
-            return leases, True
+            def take(current: dict[str, float | None]) -> tuple[Any, bool]:
+                leases = self._live_leases(current)
+                if len(leases) >= self._value:
+                    return KEEP, False
+                leases[token] = None if hold is None else time.time() + hold
+                # The item outlives its newest lease; expired leases are dropped on each write.
+                return leases, True
+
+            try:
+                taken = bool(change(self._cache, self._key, take, {}, self._expire, self._tag))
+            except RemoteOutcomeUnknownError:
+                taken = resolve(
+                    shard, self._key, {}, lambda held: isinstance(held, dict) and token in held,
+                    deadline, self._give_back(token), _remote_hold(self._expire), True,
+                )
+            if taken:
+                won.append(token)
+            return taken
 
         if not _poll(attempt, blocking, timeout):
             return False
-        self._tokens.append(token)
+        self._tokens.append(won[-1])
+        if shard is not None and self._expire is None:
+            lease = _remote_hold(None)
+            renew = functools.partial(self._renew, won[-1], lease)
+            self._renewals[won[-1]] = keeper().keep(renew, lease)
         return True
+
+    def _renew(self, token: str, lease: float) -> bool:
+        """Push `token`'s lease `lease` seconds ahead while the item holds it."""
+
+        def renewed(current: dict[str, float | None]) -> tuple[Any, bool]:
+            leases = self._live_leases(current)
+            if token not in leases:
+                return KEEP, False
+            leases[token] = time.time() + lease
+            return leases, True
+
+        return bool(change(self._cache, self._key, renewed, {}, self._expire, KEEP))
+
+    def _give_back(self, token: str) -> Callable[[], Any]:
+        """A call removing `token`'s lease if the item holds it (for the keeper)."""
+
+        def without(current: dict[str, float | None]) -> tuple[Any, None]:
+            leases = self._live_leases(current)
+            if token not in leases:
+                return KEEP, None
+            del leases[token]
+            return (leases if leases else DELETE), None
+
+        return functools.partial(
+            change, self._cache, self._key, without, {}, self._expire, self._tag
+        )
 
     def release(self) -> None:
         """Give back the newest slot this object took; ValueError if it holds none."""
@@ -407,7 +547,15 @@ class BoundedSemaphore:
             leases.pop(token, None)
             return (leases if leases else DELETE), held
 
-        if not _change(self._cache, self._key, give_back, {}, self._expire, self._tag):
+        renewal = self._renewals.pop(token, None)
+        if renewal is not None:
+            keeper().drop(renewal)
+        try:
+            held = change(self._cache, self._key, give_back, {}, self._expire, self._tag)
+        except RemoteUnavailableError:  # (on a remote) completed once Redis answers, as Lock's
+            keeper().settle(self._give_back(token), _remote_hold(self._expire))
+            return
+        if not held:
             raise ValueError(f"semaphore {self._key!r}: the lease expired before release")
 
     def locked(self) -> bool:
@@ -423,83 +571,6 @@ class BoundedSemaphore:
         self.release()
 
 
-# Seconds (or a throttle's period, if longer) by which the bucket's time may lead a reading of
-# time_func before that clock is taken to be another one (see `throttle`).
-_CLOCK_CHANGE = 60.0
-
-
-def throttle(
-    cache: Any,
-    count: int,
-    seconds: float,
-    name: str | None = None,
-    expire: float | None = None,
-    tag: Any = None,
-    time_func: Callable[[], float] = time.time,
-    sleep_func: Callable[[float], Any] = time.sleep,
-) -> Callable[[F], F]:
-    """Decorator: at most `count` calls per `seconds`, across threads and processes.
-
-    A token bucket in one item: it holds ``(last_time, tokens)``, refills at
-    ``count / seconds`` tokens a second up to `count`, and each call takes one token, sleeping
-    until one is available. A missing item is a full bucket, so a fresh cache starts with a
-    burst of `count` calls (as python-diskcache's does after decoration). The bucket outlives
-    the process (python-diskcache's starts full at each decoration): a restart does not reset
-    the limit. A `time_func` reading earlier than the bucket's time (another clock) counts on
-    from its own reading.
-    """
-    calls, period = check_seconds("count", count, "calls"), check_seconds("seconds", seconds)
-    rate = calls / period if period > 0 else 0.0
-    # Refused: a count or period of 0 or less, an infinite one, and a rate a float cannot hold
-    # (0 would never let a call through).
-    if not 0 < rate < math.inf:
-        raise ValueError(
-            f"throttle needs finite count > 0 and seconds > 0 with a rate a float can hold, "
-            f"not {count!r}, {seconds!r}"
-        )
-    # A call takes one token when the bucket holds one, or is full (a `count` below 1: a call
-    # every 1 / rate seconds). The margin absorbs float rounding.
-    needed = min(1.0, calls)
-    expire = _lease(expire)  # (a bucket that expires as it is stored would never limit)
-    clock_change = max(period, _CLOCK_CHANGE)
-
-    def decorator(func: F) -> F:
-        key = full_name(func) if name is None else name
-
-        def take_token() -> float:
-            """Take a token if one is there (0.0), else return how long to wait for one."""
-            now = time_func()
-
-            def take(current: tuple[float, float]) -> tuple[Any, float]:
-                last, stored = current
-                keep: Any
-                if last - now > clock_change:  # time_func is another clock now (a restart):
-                    last, keep = now, (now, stored)  # count from its reading, never wait out
-                else:  # the difference (a thread that read its clock, then lost a race to
-                    # the item, reads a little earlier: it finds fewer tokens, as it must)
-                    keep = KEEP
-                tokens: float = min(calls, stored + (now - last) * rate)
-                if tokens >= needed - 1e-9:
-                    return (now, tokens - 1), 0.0
-                # A wait the clock can tell from none: a far smaller one (a rounding remainder)
-                # leaves a clock reading 1.7e9 (or one a sleep_func advances) where it was.
-                return keep, max((needed - tokens) / rate, 4 * math.ulp(now))
-
-            return float(_change(cache, key, take, (now, calls), expire, tag))
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            delay = take_token()
-            while delay:
-                sleep_func(delay)
-                delay = take_token()
-            return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorator
-
-
 def barrier(
     cache: Any,
     lock_factory: Callable[..., Any],
@@ -510,7 +581,7 @@ def barrier(
     """Decorator: calls to the function hold a lock (``Lock``, ``RLock``, ``BoundedSemaphore``
     or any factory ``lock_factory(cache, key, expire=, tag=)``), so they run one at a time
     (or `value` at a time) across threads and processes."""
-    _lease(expire)
+    check_expire(expire)
 
     def decorator(func: F) -> F:
         key = full_name(func) if name is None else name

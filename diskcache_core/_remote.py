@@ -7,11 +7,15 @@ item (a fixed header — mode, expiry, tag — then the serialized value, in one
 TTL is the item's expiry), and the commands each cache operation needs, each one round trip.
 Redis errors are translated here: an unreachable server is `RemoteUnavailableError` (a
 `Timeout`, so FanoutCache reports a give-up as for a busy shard), anything else `RemoteError`.
+A write whose request may have reached Redis before the connection failed (no reply within the
+timeout, a connection dropped after sending) is `RemoteOutcomeUnknownError` instead: Redis may
+still apply it (see `_request_left`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zlib
 from collections.abc import Iterator
@@ -24,7 +28,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._errors import RemoteError, RemoteUnavailableError
+from ._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableError
 from ._log import REMOTE as _LOG
 from ._log import outage_for
 from ._urls import CLUSTER_WORDS, check_remote_url, safe_url
@@ -287,8 +291,8 @@ class RemoteStore:
                 self.client = _ClusterClient.from_url(
                     plain_url, **options, **_NO_CLUSTER_RETRIES
                 )
-            else:
-                self.client = redis.Redis.from_url(plain_url, **options)
+            else:  # (no retry: a command sent again after a timeout could run twice)
+                self.client = redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
         except (ValueError, TypeError) as exc:
             raise ValueError(f"remote URL {url!r}: {exc}") from None
         except _REDIS_ERRORS as exc:  # a cluster client connects at once
@@ -300,12 +304,17 @@ class RemoteStore:
     def name(self, encoded_key: bytes) -> bytes:
         return self.prefix + encoded_key
 
-    def call(self, function: Callable[[], _T]) -> _T:
-        """Run one client call, translating redis-py's errors into the library's."""
+    def call(self, function: Callable[[], _T], write: str = "", many: bool = False) -> _T:
+        """Run one client call, translating redis-py's errors into the library's.
+
+        `write` names what the call writes ("" for a read): a write whose request may have
+        left raises `RemoteOutcomeUnknownError` (`_request_left`). `many`: the call sends
+        several commands (a pipeline), so only a failure before anything was sent is certain.
+        """
         try:
             result = function()
         except _REDIS_ERRORS as exc:
-            raise _translated(exc, self.url) from exc
+            raise _translated(exc, self.url, write, many) from exc
         if self._outage.down_since:
             self._outage.recovered()
         return result
@@ -349,7 +358,7 @@ class RemoteStore:
         try:
             stored = bool(self.client.execute_command(*args))
         except _REDIS_ERRORS as exc:
-            raise _translated(exc, self.url) from exc
+            raise _translated(exc, self.url, "add" if only_new else "set") from exc
         if self._outage.down_since:
             self._outage.recovered()
         return stored
@@ -358,18 +367,18 @@ class RemoteStore:
         try:
             removed = bool(self.client.execute_command("DEL", name))
         except _REDIS_ERRORS as exc:
-            raise _translated(exc, self.url) from exc
+            raise _translated(exc, self.url, "delete") from exc
         if self._outage.down_since:
             self._outage.recovered()
         return removed
 
     def pop(self, name: bytes) -> bytes | None:
-        return self.call(lambda: self.client.getdel(name))  # type: ignore[no-any-return]
+        return self.call(lambda: self.client.getdel(name), "pop")  # type: ignore[no-any-return]
 
     def touch(self, name: bytes, expire_time: float | None) -> bool:
         pxat = _pxat(expire_time)
         args = [expiry_header(expire_time), b"" if pxat is None else str(pxat).encode()]
-        return bool(self.call(lambda: self._touch(keys=[name], args=args)))
+        return bool(self.call(lambda: self._touch(keys=[name], args=args), "touch"))
 
     def compare_and_set(
         self, name: bytes, old: bytes | None, new: bytes | None, expire_time: float | None
@@ -381,7 +390,7 @@ class RemoteStore:
             old or b"", b"1" if old is None else b"0", new or b"",
             b"" if pxat is None else str(pxat), b"1" if new is None else b"0",
         ]
-        return bool(self.call(lambda: self._cas(keys=[name], args=args)))
+        return bool(self.call(lambda: self._cas(keys=[name], args=args), "compare-and-set"))
 
     # --- whole prefix -------------------------------------------------------------------------
 
@@ -406,8 +415,10 @@ class RemoteStore:
         if not names:
             return 0
         if self.cluster:  # multi-key commands must stay within one slot: one DEL per key
-            return sum(self.call(lambda: self._each(names, lambda pipe, name: pipe.delete(name))))
-        return int(self.call(lambda: self.client.delete(*names)))
+            return sum(self.call(
+                lambda: self._each(names, lambda pipe, name: pipe.delete(name)), "clear", many=True
+            ))
+        return int(self.call(lambda: self.client.delete(*names), "clear"))
 
     def evict_tag(self, names: list[bytes], tag: Any) -> int:
         fields = tag_fields(tag)
@@ -417,7 +428,9 @@ class RemoteStore:
             for result in self.call(
                 lambda: self._each(
                     names, lambda pipe, name: self._evict_tag(keys=[name], args=args, client=pipe)
-                )
+                ),
+                "evict",
+                many=True,
             )
         )
 
@@ -520,14 +533,63 @@ def _retries_off() -> dict[str, Any]:
 _NO_CLUSTER_RETRIES = _retries_off()
 
 
-def _translated(exc: Exception, url: str) -> Exception:
-    """The library's error for a redis-py error (the one place they are translated)."""
+_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
+# redis-py's functions that make a connection ready (connect, log in, hand shake, take it from
+# the pool: nothing of the request is sent yet), and those that write the request.
+_SETTING_UP = frozenset({
+    "connect", "connect_check_health", "_connect", "on_connect", "on_connect_check_health",
+    "get_connection", "ensure_connection", "make_connection",
+})
+_SENDING = frozenset({"send_packed_command", "send_command"})
+
+
+def _request_left(exc: BaseException, many: bool) -> bool:
+    """Whether the request of a call that failed with `exc` may have reached Redis, and so may
+    be applied by it (now or after a stall), although no reply came.
+
+    Told by where redis-py met the connection error: while setting up a connection nothing
+    was sent; while writing one command, the command is incomplete and Redis never runs it
+    (for a pipeline, `many`, earlier commands may have gone whole); anywhere else (waiting
+    for the reply) it left. An error Redis answered (MOVED, CLUSTERDOWN, ...) ran nothing.
+    redis-py retries nothing here (the clients are made without retries), so the error is
+    that of the one attempt. Anything not recognised counts as sent: never a false "not
+    applied".
+    """
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:  # the error, and what it was raised in
+        seen.add(id(error))
+        if isinstance(error, _CONNECTION_ERRORS):
+            phases = set()
+            trace = error.__traceback__
+            while trace is not None:
+                code = trace.tb_frame.f_code
+                if code.co_filename.startswith(_REDIS_PACKAGE):
+                    phases.add(code.co_name)
+                trace = trace.tb_next
+            if phases & _SETTING_UP:
+                return False
+            return many or not phases & _SENDING or "read_response" in phases
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _translated(exc: Exception, url: str, write: str = "", many: bool = False) -> Exception:
+    """The library's error for a redis-py error (the one place they are translated); `write`
+    and `many` as `RemoteStore.call` takes them."""
     where = safe_url(url)
+    if write and isinstance(exc, (*_CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
+        if _request_left(exc, many):
+            return RemoteOutcomeUnknownError(
+                f"remote {where}: {write} sent, and no reply: Redis may have applied it, or may"
+                f" yet ({exc})"
+            )
     if isinstance(exc, redis.exceptions.AuthenticationError) or (
         isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc)
     ):
         return RemoteError(f"remote {where}: authentication failed ({exc})")
-    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+    if isinstance(exc, _CONNECTION_ERRORS):
         outage_for(_LOG, _outage_name(url)).failed(str(exc))
         return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
     if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():

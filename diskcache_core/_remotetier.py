@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, TypeVar
 
 from . import _schema as sql
 from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
 from ._disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, UNSTORABLE, Disk, as_read_back
-from ._errors import DiskCacheError, RemoteUnsupportedError
+from ._errors import (
+    DiskCacheError, RemoteOutcomeUnknownError, RemoteUnavailableError, RemoteUnsupportedError,
+)
 from ._listener import ListenerThread, listener_for, release_listener
 from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
 from ._remote import RemoteStore, decode_item, decode_key, encode_item, encode_key, stamp_hash
@@ -35,6 +37,7 @@ __all__ = ["RemoteTier"]
 _BATCH = 500  # names per pipeline in clear and evict
 _INT64 = 2**63
 _REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
+_T = TypeVar("_T")
 
 
 class RemoteTier:
@@ -306,13 +309,25 @@ class RemoteTier:
             raise
         data = encode_item(mode, db_value, expires, tag)
         name = encode_key(db_key, raw)
-        stored = self._remote.set(self._remote.name(name), data, expires, statement is sql.ADD)
+        full = self._remote.name(name)
+        only_new = statement is sql.ADD
+        stored = self._written(name, lambda: self._remote.set(full, data, expires, only_new))
         if stored:
             self._bump(name)
         return stored
 
     def _bump(self, name: bytes) -> None:
         self._words.bump(self._words.index(stamp_hash(name)))
+
+    def _written(self, name: bytes, write: Callable[[], _T]) -> _T:
+        """``write()``; when its outcome is unknown (RemoteOutcomeUnknownError, raised on), the
+        item's stamp is bumped first: Redis may apply it yet, and no copy of this host may
+        outlive it (the listener bumps it again when Redis reports the change)."""
+        try:
+            return write()
+        except RemoteOutcomeUnknownError:
+            self._bump(name)
+            raise
 
     def _name(self, key: Any) -> tuple[bytes, bytes]:
         db_key, raw = put_key(self._disk, key)
@@ -322,21 +337,21 @@ class RemoteTier:
     def touch(self, key: Any, expires: float | None) -> bool:
         """Set a new expire time for `key` (in Redis, its TTL too); True when it was present."""
         name, full = self._name(key)
-        touched = self._remote.touch(full, expires)
+        touched = self._written(name, lambda: self._remote.touch(full, expires))
         self._bump(name)
         return touched
 
     def delete(self, key: Any) -> bool:
         """Remove `key` from Redis; True when it was there."""
         name, full = self._name(key)
-        removed = self._remote.delete(full)
+        removed = self._written(name, lambda: self._remote.delete(full))
         self._bump(name)
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
         name, full = self._name(key)
-        data = self._remote.pop(full)
+        data = self._written(name, lambda: self._remote.pop(full))
         self._bump(name)
         item = None if data is None else decode_item(data)
         if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
@@ -393,7 +408,7 @@ class RemoteTier:
                 keep_tag = None if item is None else item.tag
                 mode, db_value = self._serialize(key, value, False)
                 new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
-            if remote.compare_and_set(full, old, new, expires):
+            if self._written(name, lambda: remote.compare_and_set(full, old, new, expires)):
                 self._bump(name)
                 return result
 
@@ -414,14 +429,22 @@ class RemoteTier:
         return removed
 
     def _each_batch(self, action: Callable[[list[bytes]], int]) -> int:
+        """`action` on the prefix's names, a batch at a time; the total it returned. Should
+        Redis fail midway, the error raised says in ``args[0]`` how many were removed before
+        (as `Timeout` does for a bulk removal); a `RemoteOutcomeUnknownError` when the failed
+        batch may have been applied, part or whole."""
         total = 0
         batch: list[bytes] = []
-        for name in self._remote.names():
-            batch.append(name)
-            if len(batch) >= _BATCH:
-                total += action(batch)
-                batch = []
-        return total + int(action(batch))
+        try:
+            for name in self._remote.names():
+                batch.append(name)
+                if len(batch) >= _BATCH:
+                    total += action(batch)
+                    batch = []
+            return total + int(action(batch))
+        except RemoteUnavailableError as exc:
+            self._words.renew_all()  # (a batch whose outcome is unknown may yet be applied)
+            raise type(exc)(total, f"{exc} ({total} removed before)") from exc
 
     # --- what a remote cannot do ----------------------------------------------------------------
 

@@ -97,3 +97,14 @@ def staleness_writer(directory, options, key, count, done, results, pause=0.002)
     done.set()
     results.put(("written", returned))
     cache.close()
+
+
+def hold_lock(directory, options, key, lease, ready):
+    """Hold a Lock without expire (a remote lease of `lease` seconds, renewed) until killed."""
+    from diskcache_core import _leases
+
+    _leases.REMOTE_LEASE = lease
+    cache = open_cache(directory, options)
+    assert diskcache_core.Lock(cache, key).acquire(timeout=WAIT)
+    ready.set()
+    time.sleep(WAIT * 4)  # killed by the test
