@@ -48,7 +48,8 @@ from typing import Any, Callable
 from ._listenerlog import ChildLog
 from ._log import LISTENER as _LOG
 from ._log import Outage, RateLimit
-from ._remote import RemoteStore, stamp_hash
+from ._remote import RemoteStore
+from ._remoteform import stamp_hash
 from ._remotewords import LEASE, RemoteWords
 from ._topology import Address, Topology
 

@@ -198,7 +198,7 @@ class Lock:
     thread that acquired nothing through the object releases the hold it has (as
     ``threading.Lock`` lets any thread release). On a cache with a remote the item always
     expires: after `expire`, or without it at the end of a lease this process renews while it
-    holds the lock (_leases.py), so a host that dies holding it frees it.
+    holds the lock (:doc:`remote`, guarantee 5), so a host that dies holding it frees it.
     """
 
     def __init__(self, cache: Any, key: Any, expire: float | None = None, tag: Any = None) -> None:
@@ -214,7 +214,7 @@ class Lock:
 
         Waits (polling with backoff) unless `blocking` is False; gives up after `timeout`
         seconds (None: no limit). On a remote, an add whose outcome is unknown is settled by
-        reading the lock once Redis answers, within the same time (see _leases.py).
+        reading the lock once Redis answers, within the same time.
         """
         shard = remote_shard(self._cache, self._key)
         hold = _hold_seconds(shard, self._expire)

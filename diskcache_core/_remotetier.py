@@ -27,7 +27,8 @@ from ._errors import (
 )
 from ._listener import ListenerThread, listener_for, release_listener
 from ._memory import ABSENT, IMMUTABLE_TYPES, MemoryTier
-from ._remote import RemoteStore, decode_item, decode_key, encode_item, encode_key, stamp_hash
+from ._remote import RemoteStore
+from ._remoteform import decode_item, decode_key, encode_item, encode_key, stamp_hash
 from ._remotewords import LEASE_AHEAD, RemoteWords
 from ._settings import REMOTE_DEFAULTS
 from ._store import MIN_WRITE_CHARGE, Store

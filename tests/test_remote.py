@@ -198,7 +198,7 @@ def test_the_listener_renews_copies_of_changed_items(hosts, refresh):
 
 
 def test_remote_names_decode_to_their_keys():
-    from diskcache_core._remote import decode_key, encode_key
+    from diskcache_core._remoteform import decode_key, encode_key
 
     for db_key, raw in (("text é", True), (b"\x00b", True), (7, True), (-(2**80), True),
                         (1.5, True), (float("inf"), True), (b"pickled", False)):
