@@ -367,3 +367,38 @@ def test_a_local_lock_carries_no_lease(tmp_path):
         assert lock.acquire()
         assert cache.get("L", expire_time=True)[1] is None  # python-diskcache's behaviour
         lock.release()
+
+
+# --- the Django and Flask backends ----------------------------------------------------------------
+
+
+def test_the_django_and_flask_backends_never_report_not_stored_for_a_write_redis_applies(
+    tmp_path, options, stall_next
+):
+    # Their give-up answers (a key listed as not stored by set_many, False from set) would
+    # read "not stored" while Redis applies the write: they raise instead, as FanoutCache does.
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure()
+    from diskcache_core.contrib.django import DjangoCache
+    from diskcache_core.contrib.flask import DiskCache
+
+    django_cache = DjangoCache(str(tmp_path / "django"), {"OPTIONS": dict(options), "SHARDS": 1})
+    flask_cache = DiskCache(str(tmp_path / "flask"), **options)
+    try:
+        django_cache.set("warm-up", 1)
+        made = django_cache.make_and_validate_key("many")
+        stall_next(django_cache.fanout, made, "set")
+        with pytest.raises(RemoteOutcomeUnknownError):
+            django_cache.set_many({"many": 1})
+        assert settled(django_cache.fanout, made) == 1
+
+        flask_cache.set("warm-up", 1)
+        stall_next(flask_cache.cache, "one", "set")
+        with pytest.raises(RemoteOutcomeUnknownError):
+            flask_cache.set("one", 1)
+        assert settled(flask_cache.cache, "one") == 1
+    finally:
+        django_cache.close()
+        flask_cache.cache.close()

@@ -50,7 +50,7 @@ from django.core.cache.backends.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import ENOVAL, Cache, Disk, FanoutCache, Timeout
+from .. import ENOVAL, Cache, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
 from .._async import run_sync
 from .._memo import MemoizeDecorator
@@ -328,6 +328,8 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                         except ItemTooLargeError:  # not cached, and no older value left
                             shard.delete(made_key, retry=retry)
                             failed.append(key)
+            except RemoteOutcomeUnknownError:
+                raise  # a key listed as failed would read "not stored" where Redis may store it
             except Timeout:
                 failed.extend(key for _, key, _ in items if key not in failed)
         return failed
@@ -341,6 +343,8 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                 with self._batch(shard, retry):
                     for (made_key,) in items:
                         shard.delete(made_key, retry=retry)
+            except RemoteOutcomeUnknownError:
+                raise
             except Timeout:
                 pass
 

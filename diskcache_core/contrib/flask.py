@@ -40,7 +40,7 @@ from flask import Flask
 from flask_caching.backends.base import BaseCache
 from werkzeug.utils import import_string
 
-from .. import Cache, Disk, Timeout
+from .. import Cache, Disk, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
 
 __all__ = ["DiskCache"]
@@ -56,9 +56,12 @@ _POSITIONAL = ("threshold", "default_timeout", "ignore_delete_many_errors", "dat
 
 def _unless_busy(failure: R, operation: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """``operation(...)``, or `failure` when the database stayed busy past its timeout: cachelib's
-    backends return their failure value (False, None) rather than raise."""
+    backends return their failure value (False, None) rather than raise. A remote write whose
+    outcome is unknown raises: False would say "not stored" where Redis may store it."""
     try:
         return operation(*args, **kwargs)
+    except RemoteOutcomeUnknownError:
+        raise
     except Timeout:
         return failure
 
@@ -223,6 +226,8 @@ class DiskCache(BaseCache):
             with self._batch():
                 for key, value in mapping.items():
                     cache.set(key, value, expire=expire)
+        except RemoteOutcomeUnknownError:
+            raise
         except Timeout:
             return []
         self._wrote(len(mapping))
@@ -239,6 +244,8 @@ class DiskCache(BaseCache):
             with self._batch():
                 for key in keys:
                     cache.delete(key)
+        except RemoteOutcomeUnknownError:
+            raise
         except Timeout:
             return super().delete_many(*keys)
         return list(keys)
