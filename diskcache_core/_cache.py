@@ -16,10 +16,13 @@ import time
 from typing import Any, Iterator
 
 from . import _schema as sql
-from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
+from ._arguments import (
+    INT64_MAX, check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
+)
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
+from ._errors import RemoteUnsupportedError
 from ._incr import check_delta, increment
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
@@ -30,8 +33,8 @@ __all__ = ["Cache"]
 
 _PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
-_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
-    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM
+_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
+    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
 )
 
 
@@ -77,6 +80,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         expire_time: bool = False,
         tag: bool = False,
         retry: bool = False,
+        store_time: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` when it is missing or expired.
 
@@ -85,8 +89,14 @@ class Cache(CacheBase, AsyncCacheMixin):
         :param tag: also return the tag, as a tuple
         :param retry: keep retrying a read the database keeps busy (else Timeout after the
             cache's timeout; reads wait for writers only during WAL recovery)
+        :param store_time: also return the time the item was stored (last in the tuple, after
+            the expire time and tag asked for; None for a missing key), as diskcache-community
+            does. Under eviction policies other than least-recently-stored an overwrite keeps
+            the first store time (:doc:`migrating`).
         """
         if self._remote is not None:
+            if store_time:
+                raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
             return self._remote.get(key, default, read, expire_time, tag)
         memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
@@ -98,7 +108,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                 memory.skip -= 1
                 if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
                     self._lookups = memory  # the next get looks it up
-        elif not (read or expire_time or tag):
+        elif not (read or expire_time or tag or store_time):
             # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
             # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
             kind = type(key)
@@ -150,7 +160,9 @@ class Cache(CacheBase, AsyncCacheMixin):
             db_key, raw = self._disk.put(key)
             raw = 1 if raw else 0
         fill = memory.begin_fill(db_key, raw) if refill else None  # type: ignore[union-attr]
-        if expire_time or tag:
+        if store_time:
+            statement = _SELECT_ITEM_STORED
+        elif expire_time or tag:
             statement = _SELECT_ITEM
         else:
             statement = _SELECT_VALUE if fill is None else _SELECT_VALUE_EXPIRY
@@ -179,8 +191,10 @@ class Cache(CacheBase, AsyncCacheMixin):
                 mode, filename, db_value, db_expire, lapsed = row
                 if lapsed:  # an expired row (this statement selects those too)
                     break
-            else:
+            elif statement is _SELECT_ITEM:
                 mode, filename, db_value, db_expire, db_tag = row
+            else:
+                mode, filename, db_value, db_expire, db_tag, db_stored = row
             if mode == MODE_RAW and self._plain_fetch and not read:
                 value = db_value
             else:
@@ -202,6 +216,9 @@ class Cache(CacheBase, AsyncCacheMixin):
                 )
             if self._evictor.tracks_reads:
                 self._evictor.note_read(db_key, raw, True, now)
+            if store_time:
+                stored = self._evictor.store_time(db_key, raw, db_stored)
+                return shape_stored(value, db_expire, db_tag, stored, expire_time, tag)
             if expire_time or tag:
                 return shape(value, db_expire, db_tag, expire_time, tag)
             return value
@@ -212,6 +229,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             memory.finish_fill_absent(fill, db_key, raw, known)  # type: ignore[union-attr]
         if self._evictor.tracks_reads:
             self._evictor.note_read(db_key, raw, False, now)
+        if store_time:
+            return shape_stored(default, None, None, None, expire_time, tag)
         if expire_time or tag:
             return shape(default, None, None, expire_time, tag)
         return default
@@ -461,10 +480,17 @@ class Cache(CacheBase, AsyncCacheMixin):
 
     # --- iteration ------------------------------------------------------------------------------
 
-    def iterkeys(self, reverse: bool = False) -> Iterator[Any]:
-        """Iterate keys in database sort order (by type, then value), expired ones included."""
+    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
+        """Iterate keys in database sort order (by type, then value), expired ones included.
+
+        With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
+        order, read through the tag index where there is one (``tag_index``); no value is read.
+        """
         if self._remote is not None:
             self._remote.unsupported("iterkeys()")
+        if tag is not ENOVAL:
+            yield from self._iter_tagged(check_tag(tag), reverse)
+            return
         first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
         rows = self._store.read(first)
         while rows:
@@ -472,6 +498,18 @@ class Cache(CacheBase, AsyncCacheMixin):
                 yield self._disk.get(db_key, raw)
             db_key, raw = rows[-1]
             rows = self._store.read(following, (db_key, raw, db_key, _PAGE))
+
+    def _iter_tagged(self, tag: Any, reverse: bool) -> Iterator[Any]:
+        """The keys of `tag` (None: untagged), by rowid, a page per query."""
+        statement = (sql.UNTAGGED_KEYS if tag is None else sql.TAGGED_KEYS)[reverse]
+        last = INT64_MAX if reverse else 0
+        while True:
+            rows = self._store.read(statement, (tag, last, _PAGE))
+            for _, db_key, raw in rows:
+                yield self._disk.get(db_key, raw)
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
 
     def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
         if self._remote is not None:

@@ -309,6 +309,12 @@ class CacheBase:
         return self._directory
 
     @property
+    def read_only(self) -> bool:
+        """Whether the cache was opened read-only: asked (``read_only=True``), or because this
+        process cannot write its directory or database file. Writes raise ReadOnlyError."""
+        return self._store.pool.read_only
+
+    @property
     def remote(self) -> str | None:
         """The URL of the remote (Redis) this cache fronts, or None (see :doc:`remote`)."""
         return self._remote.url if self._remote is not None else None
@@ -427,7 +433,12 @@ class CacheBase:
         self._evictor.flush_access_log(None if timeout is None else check_timeout(timeout))
 
     def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
-        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
+        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them.
+
+        A read-only cache counts nothing and stores nothing: it returns the stored counts,
+        and `enable` and `reset` change nothing (as diskcache-community's)."""
+        if self._store.pool.read_only:
+            return self._evictor.hits_misses(False)
         result = self._evictor.hits_misses(reset)
         if int(bool(enable)) != self.statistics:
             self.reset("statistics", int(bool(enable)))
