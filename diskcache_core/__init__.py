@@ -5,11 +5,13 @@ beside it. Safe across threads and processes, with no server to run.
 """
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
 from ._safedisk import SafeDisk
+from ._defaultdisk import configure, default_disk
 from ._fanout import FanoutCache, FanoutStats
 from ._errors import (
     DatabaseError,
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from .contrib.django import DjangoCache
 
 __version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # the application decides
 
 __all__ = [
     "Averager",
@@ -76,6 +80,8 @@ __all__ = [
     "UnsafeValueFileError",
     "__version__",
     "barrier",
+    "configure",
+    "default_disk",
     "memoize_stampede",
     "throttle",
 ]

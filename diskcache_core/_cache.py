@@ -11,19 +11,22 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import time
+import weakref
 from typing import Any, Iterator
 
 from . import _schema as sql
 from ._arguments import (
-    INT64_MAX, check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
+    check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
 )
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
-from ._errors import RemoteUnsupportedError
+from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePickleError
 from ._incr import check_delta, increment
+from ._iteration import KeyIteration
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._memory import ABSENT
@@ -31,7 +34,8 @@ from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Cache"]
 
-_PAGE = 100  # keys per query when iterating: no read transaction stays open between pages
+_log = logging.getLogger("diskcache_core")
+
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
@@ -51,7 +55,41 @@ def _serialize(
         return disk.store(value, read, key=key)
 
 
-class Cache(CacheBase, AsyncCacheMixin):
+def _unreadable(exc: Exception) -> bool:
+    """Whether `exc`, raised by a Disk's fetch, says the entry cannot be read back (what
+    ``on_error='miss'`` reads as a miss): not a file system, memory or library error, but for
+    SafeDisk's refusal."""
+    if isinstance(exc, UnsafePickleError):
+        return True
+    return not isinstance(exc, (OSError, MemoryError, RecursionError, DiskCacheError))
+
+
+_logged_unreadable: weakref.WeakSet[Cache] = weakref.WeakSet()
+
+
+def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
+    """Under ``on_error='miss'``, for an entry `exc` says is unreadable: delete `row` (key,
+    raw, mode, filename, value) if it is still the one read (not on a read-only cache, nor when
+    the lock is busy: a later read tries again), log it (the first of each cache as a
+    warning), and return True: the caller reads a miss."""
+    if cache.disk.on_error != "miss" or not _unreadable(exc):
+        return False
+    first = cache not in _logged_unreadable
+    _logged_unreadable.add(cache)
+    _log.log(
+        logging.WARNING if first else logging.DEBUG,
+        "treating an unreadable entry in %r as missing: %s: %s",
+        cache.directory, type(exc).__name__, exc,
+    )  # fmt: skip
+    if not cache.read_only:
+        try:
+            cache._store.write(sql.DELETE_UNREADABLE, row, False)
+        except Timeout:
+            pass
+    return True
+
+
+class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
@@ -207,6 +245,13 @@ class Cache(CacheBase, AsyncCacheMixin):
                     if races < _FILE_RACE_RETRIES:
                         continue  # read the row again
                     if memory is not None:  # it kept changing under us: a miss, nothing kept
+                        memory.forget_key(db_key, raw)
+                    fill = None
+                    break
+                except Exception as exc:
+                    if not _dropped_unreadable(self, exc, (db_key, raw, mode, filename, db_value)):
+                        raise
+                    if memory is not None:
                         memory.forget_key(db_key, raw)
                     fill = None
                     break
@@ -477,62 +522,3 @@ class Cache(CacheBase, AsyncCacheMixin):
             self._remote.unsupported("transact()")
         with self._store.transaction(retry):
             yield
-
-    # --- iteration ------------------------------------------------------------------------------
-
-    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
-        """Iterate keys in database sort order (by type, then value), expired ones included.
-
-        With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
-        order, read through the tag index where there is one (``tag_index``); no value is read.
-        """
-        if self._remote is not None:
-            self._remote.unsupported("iterkeys()")
-        if tag is not ENOVAL:
-            yield from self._iter_tagged(check_tag(tag), reverse)
-            return
-        first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
-        rows = self._store.read(first)
-        while rows:
-            for db_key, raw in rows:
-                yield self._disk.get(db_key, raw)
-            db_key, raw = rows[-1]
-            rows = self._store.read(following, (db_key, raw, db_key, _PAGE))
-
-    def _iter_tagged(self, tag: Any, reverse: bool) -> Iterator[Any]:
-        """The keys of `tag` (None: untagged), by rowid, a page per query."""
-        statement = (sql.UNTAGGED_KEYS if tag is None else sql.TAGGED_KEYS)[reverse]
-        last = INT64_MAX if reverse else 0
-        while True:
-            rows = self._store.read(statement, (tag, last, _PAGE))
-            for _, db_key, raw in rows:
-                yield self._disk.get(db_key, raw)
-            if len(rows) < _PAGE:
-                return
-            last = rows[-1][0]
-
-    def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
-        if self._remote is not None:
-            self._remote.unsupported("iteration")
-        ((max_rowid,),) = self._store.read(sql.MAX_ROWID)
-        if max_rowid is None:
-            return
-        low, high = 0, max_rowid + 1
-        while True:
-            rows = self._store.read(sql.ROWS_ASC if ascending else sql.ROWS_DESC, (low, high, _PAGE))
-            if not rows:
-                return
-            for _, db_key, raw in rows:
-                yield self._disk.get(db_key, raw)
-            if ascending:
-                low = rows[-1][0]
-            else:
-                high = rows[-1][0]
-
-    def __iter__(self) -> Iterator[Any]:
-        """Iterate keys in insertion order, expired items included."""
-        return self._iter_rowid(ascending=True)
-
-    def __reversed__(self) -> Iterator[Any]:
-        """Iterate keys in reverse insertion order, expired items included."""
-        return self._iter_rowid(ascending=False)

@@ -30,7 +30,8 @@ from ._async import AsyncDataMixin, run_sync
 from ._cache import Cache
 from ._check import check_layout_leftovers
 from ._directories import open_cache_directory
-from ._disk import ENOVAL, Disk, check_disk_class
+from ._defaultdisk import disk_type
+from ._disk import ENOVAL, Disk
 from ._errors import RemoteUnavailableError, Timeout
 from ._layout import (
     GOLDEN,
@@ -151,21 +152,21 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         directory: str | os.PathLike[str] | None = None,
         shards: int = 8,
         timeout: float = 0.010,
-        disk: type[Disk] = Disk,
+        disk: type[Disk] | None = None,
         **settings: Any,
     ) -> None:
         """Open (creating if needed) a sharded cache in `directory`.
 
         :param shards: number of Cache databases keys are spread over, 1 to `MAX_SHARDS` (1000)
         :param timeout: seconds a write waits for its shard's lock before giving up
-        :param disk: Disk subclass for serialization
+        :param disk: Disk subclass for serialization; None: `default_disk()`
         :param settings: any of DEFAULT_SETTINGS; ``size_limit`` is the total, split evenly
         """
         if type(shards) is not int:
             raise TypeError(f"shards must be an int, not {type(shards).__name__}")
         if not 1 <= shards <= MAX_SHARDS:  # checked before any directory is made
             raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
-        check_disk_class(disk)
+        disk = disk_type(disk)
         timeout = check_timeout(timeout)
         checked = validate_settings(settings)
         # Without an explicit size_limit, an existing shard keeps its stored share.

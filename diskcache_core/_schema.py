@@ -246,6 +246,10 @@ _UNCHANGED = (
 )
 DELETE_UNCHANGED = "DELETE FROM Cache WHERE rowid = ? AND key = ? AND raw = ?" + _UNCHANGED
 TOUCH = "UPDATE Cache SET expire_time = ? WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+DELETE_UNREADABLE = (  # an entry on_error='miss' drops, if it is still the one read
+    "DELETE FROM Cache WHERE key = ?1 AND raw = ?2 AND mode = ?3 AND filename IS ?4"
+    " AND (?4 IS NOT NULL OR value IS ?5)"
+)
 
 # incr in one statement when the stored value is a native number and the sum stays a 64-bit
 # integer (SQLite turns an overflowing sum into a REAL; then the Python path takes over). The

@@ -142,3 +142,145 @@ def test_a_read_only_cache_counts_no_statistics(tmp_path):
         assert cache.stats(enable=False, reset=True) == (1, 1)  # nothing changed, nothing added
     with dc.Cache(directory) as cache:
         assert cache.stats() == (1, 1)
+
+
+# --- Disk types derived with options; the process-wide default Disk -----------------------------
+
+import dataclasses  # noqa: E402
+import enum  # noqa: E402
+import logging  # noqa: E402
+import pickle  # noqa: E402
+import sys  # noqa: E402
+import types  # noqa: E402
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+def test_with_options_on_error_miss_reads_an_unreadable_entry_as_missing(tmp_path, caplog):
+    directory = str(tmp_path)
+    with dc.Cache(directory) as cache:
+        cache["point"] = Point(1, 2)  # SafeDisk refuses it
+        cache["big"] = [Point(3, 4)] * 10_000  # in a value file
+        cache["plain"] = [1, 2]
+    with dc.Cache(directory, disk=dc.SafeDisk) as cache:
+        with pytest.raises(dc.UnsafePickleError):
+            cache["point"]
+    miss = dc.SafeDisk.with_options(on_error="miss")
+    assert issubclass(miss, dc.SafeDisk) and miss.on_error == "miss" and dc.SafeDisk.on_error == "raise"
+    with dc.Cache(directory, disk=miss, read_only=True) as cache:  # read as missing, kept
+        assert cache.get("point", "default") == "default"
+        assert len(cache) == 3
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="diskcache_core"):
+        with dc.Cache(directory, disk=miss) as cache:
+            assert cache.get("point", "default") == "default"
+            assert cache.get("big") is None
+            with pytest.raises(KeyError):
+                cache["point"]
+            assert cache["plain"] == [1, 2] and len(cache) == 1  # both deleted
+    levels = [record.levelno for record in caplog.records if "unreadable" in record.getMessage()]
+    assert levels[0] == logging.WARNING and set(levels[1:]) == {logging.DEBUG}
+    with pytest.raises(ValueError):
+        dc.Disk.with_options(on_error="ignore")
+
+
+def test_with_types_allows_the_types_and_modules_given(tmp_path):
+    directory = str(tmp_path)
+    module = types.ModuleType("community_models")
+    module.Point = type("Point", (), {"__module__": "community_models"})  # (a plain class)
+    module.Point.__qualname__ = "Point"
+    sys.modules["community_models"] = module
+    try:
+        with dc.Cache(directory) as cache:
+            cache["point"] = Point(1, 2)
+            cache["color"] = Color.RED
+            cache["module"] = module.Point()
+        points = dc.SafeDisk.with_types(Point)
+        both = points.with_types(Color, modules=["community_models"])
+        assert points.safe_types == frozenset({Point}) and both.safe_types == {Point, Color}
+        assert both.safe_modules == ("community_models",) and points.safe_modules == ()
+        assert both.__mro__[1] is dc.SafeDisk  # derived types never nest
+        with dc.Cache(directory, disk=points) as cache:
+            assert cache["point"] == Point(1, 2)
+            with pytest.raises(dc.UnsafePickleError):
+                cache["color"]
+            with pytest.raises(dc.UnsafePickleError):
+                cache["module"]
+        with dc.Cache(directory, disk=both) as cache:
+            assert cache["color"] is Color.RED
+            assert type(cache["module"]) is module.Point
+            copy = pickle.loads(pickle.dumps(cache))  # a pickled cache keeps its Disk type
+            assert type(copy.disk).safe_types == both.safe_types
+            copy.close()
+    finally:
+        del sys.modules["community_models"]
+    for bad, error in ((1, TypeError), ("a b", ValueError), ("numpy", ValueError)):
+        with pytest.raises(error):
+            if isinstance(bad, int):
+                dc.SafeDisk.with_types(bad)
+            else:
+                dc.SafeDisk.with_types(modules=bad)
+
+
+@pytest.fixture
+def no_default(monkeypatch):
+    from diskcache_core import _defaultdisk
+
+    for name in ("DISKCACHE_DISK", "DISKCACHE_SAFE_TYPES", "DISKCACHE_SAFE_MODULES"):
+        monkeypatch.delenv(name, raising=False)
+    previous = dc.configure(None)
+    _defaultdisk._from_environment.cache_clear()
+    yield
+    dc.configure(previous)
+    _defaultdisk._from_environment.cache_clear()
+
+
+def test_configure_sets_the_disk_of_caches_made_without_one(tmp_path, no_default):
+    assert dc.default_disk() is dc.Disk
+    assert dc.configure(dc.SafeDisk) is None
+    with dc.Cache(str(tmp_path / "c")) as cache, dc.FanoutCache(str(tmp_path / "f"), shards=2) as fan:
+        assert type(cache.disk) is dc.SafeDisk
+        assert {type(shard.disk) for shard in fan._shards} == {dc.SafeDisk}
+        deque = dc.Deque(directory=str(tmp_path / "d"))
+        assert type(deque.cache.disk) is dc.SafeDisk
+        deque.cache.close()
+    with dc.Cache(str(tmp_path / "j"), disk=dc.JSONDisk) as cache:  # given: it wins
+        assert type(cache.disk) is dc.JSONDisk
+    assert dc.configure(None) is dc.SafeDisk and dc.default_disk() is dc.Disk
+    with pytest.raises(ValueError):
+        dc.configure(dc.SafeDisk(str(tmp_path)))
+
+
+def test_the_environment_selects_the_default_disk(tmp_path, no_default, monkeypatch):
+    from diskcache_core import _defaultdisk
+
+    def selected(**environment):
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        return dc.default_disk()
+
+    assert selected(DISKCACHE_DISK="safe") is dc.SafeDisk
+    disk = selected(DISKCACHE_SAFE_TYPES=f"{__name__}:Point", DISKCACHE_SAFE_MODULES="json")
+    assert disk.safe_types == {Point} and disk.safe_modules == ("json",)
+    with pytest.raises(ValueError):  # the SAFE_ variables are set: only with safe
+        selected(DISKCACHE_DISK="diskcache_core.JSONDisk")
+    monkeypatch.delenv("DISKCACHE_SAFE_TYPES")
+    monkeypatch.delenv("DISKCACHE_SAFE_MODULES")
+    assert selected(DISKCACHE_DISK="diskcache_core:JSONDisk") is dc.JSONDisk
+    assert selected(DISKCACHE_DISK="default") is dc.Disk
+    for wrong in ("no_such_module:Disk", "diskcache_core:Cache"):
+        with pytest.raises(ValueError):
+            selected(DISKCACHE_DISK=wrong)
+    with pytest.raises(ValueError):
+        selected(DISKCACHE_DISK="", DISKCACHE_SAFE_MODULES="json")  # only with safe
+    dc.configure(dc.JSONDisk)  # configure() wins over the environment
+    assert selected(DISKCACHE_DISK="safe", DISKCACHE_SAFE_MODULES="") is dc.JSONDisk
+    _defaultdisk._from_environment.cache_clear()

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .. import DiskCacheError, Disk, FanoutCache
+from .. import DiskCacheError, FanoutCache
 
 __all__ = ["SHARED", "EntryLimit", "location", "shared_fanout"]
 
@@ -65,9 +65,13 @@ def _option_key(options: dict[str, Any]) -> str:
     return repr(sorted(options.items(), key=lambda item: item[0]))
 
 
-def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, Any]) -> FanoutCache:
-    """The process's FanoutCache for this configuration, opened on first use."""
-    key = (location, shards, timeout, _option_key(options))
+def shared_fanout(
+    location: str, shards: Any, timeout: Any, options: dict[str, Any], disk: Any = None
+) -> FanoutCache:
+    """The process's FanoutCache for this configuration, opened on first use. `disk` (the
+    entry's DISK, as diskcache-community names it) wins over ``OPTIONS['disk']``; either may be
+    a Disk type or its dotted path; without both, `default_disk()`'s."""
+    key = (location, shards, timeout, _option_key(options), repr(disk))
     found = SHARED.get(key)
     if found is not None:
         return found
@@ -75,7 +79,8 @@ def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, A
         found = SHARED.get(key)
         if found is None:
             settings = dict(options)
-            disk = settings.pop("disk", Disk)
+            in_options = settings.pop("disk", None)
+            disk = in_options if disk is None else disk
             try:
                 if isinstance(disk, str):
                     disk = import_string(disk)
