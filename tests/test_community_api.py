@@ -284,3 +284,18 @@ def test_the_environment_selects_the_default_disk(tmp_path, no_default, monkeypa
     dc.configure(dc.JSONDisk)  # configure() wins over the environment
     assert selected(DISKCACHE_DISK="safe", DISKCACHE_SAFE_MODULES="") is dc.JSONDisk
     _defaultdisk._from_environment.cache_clear()
+
+
+def test_deque_errors_as_diskcache_communitys(tmp_path):
+    deque = dc.Deque([1, 2, 3], directory=str(tmp_path))
+    with pytest.raises(IndexError):
+        deque[3]
+    with pytest.raises(IndexError):
+        deque[-4]
+    with pytest.raises(ValueError):
+        deque.remove(9)
+    forward, backward = iter(deque), reversed(deque)
+    assert next(forward) == 1 and next(backward) == 3
+    del deque[1]  # an item vanishes while iterating: skipped, no KeyError
+    assert list(forward) == [3] and list(backward) == [1]
+    deque.cache.close()

@@ -480,9 +480,11 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
 
     async def aget(self, key: str, default: Any = None, version: int | None = None,
                    read: bool = False, expire_time: bool = False, tag: bool = False,
-                   retry: bool = False) -> Any:
+                   retry: bool = False, store_time: bool = False) -> Any:
         """Awaitable `get`."""
-        return await run_sync(self.get, key, default, version, read, expire_time, tag, retry)
+        return await run_sync(
+            self.get, key, default, version, read, expire_time, tag, retry, store_time
+        )
 
     async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
