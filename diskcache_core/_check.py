@@ -25,7 +25,7 @@ from . import _valuefiles
 from . import _reaper
 from . import _schema as sql
 from ._connections import FetchedRows
-from ._errors import DatabaseError, EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
+from ._errors import EmptyDirWarning, ReadOnlyError, UnknownFileWarning, UnsafeValueFileError
 
 if TYPE_CHECKING:
     from ._connections import ThreadState
@@ -153,7 +153,7 @@ def _consistent_view(store: "Store", fix: bool, retry: bool) -> Iterator[Any]:
             yield state
         return
     if fix:
-        raise DatabaseError(f"{store.pool.path!r} is opened read-only: check cannot fix it")
+        raise ReadOnlyError(f"{store.pool.path!r} is opened read-only: check cannot fix it")
     yield _Reads(store)
 
 

@@ -299,3 +299,37 @@ def test_deque_errors_as_diskcache_communitys(tmp_path):
     del deque[1]  # an item vanishes while iterating: skipped, no KeyError
     assert list(forward) == [3] and list(backward) == [1]
     deque.cache.close()
+
+
+def test_a_read_only_cache_peeks_past_expired_items(tmp_path):
+    directory = str(tmp_path)
+    with dc.Cache(directory, cull_limit=0) as cache:
+        cache.set("first", 0, expire=-1)
+        cache.push("q0", expire=-1)
+        cache.push("q1")
+        cache.push("q2", expire=-1)
+        cache.set("last", 9, expire=-1)
+    with dc.Cache(directory, read_only=True) as cache:
+        assert cache.peek()[1] == "q1" and cache.peek(side="back")[1] == "q1"
+        assert cache.peekitem(last=False)[1] == "q1" and cache.peekitem()[1] == "q1"
+        assert len(cache) == 5  # nothing removed
+
+
+def test_memoize_ignores_a_named_parameter_passed_by_position(tmp_path):
+    with dc.Cache(str(tmp_path)) as cache:
+        calls = []
+
+        @cache.memoize(ignore={"session"})
+        def load(entity, session):
+            calls.append(entity)
+            return entity
+
+        assert load("a", object()) == "a" and load("a", session=object()) == "a"
+        assert load("a", object()) == "a" and calls == ["a"]
+        assert load.__cache_key__("a", 1) == load.__cache_key__("a", session=2)
+
+        @cache.memoize(ignore={"args", "key"})  # not positional parameters: no position
+        def other(first, *args, key=None):
+            return first
+
+        assert other.__cache_key__(1, 2, key=3) != other.__cache_key__(1, key=3)

@@ -110,19 +110,11 @@ EXPECTED_FAILURES = {
     "test_core.py::test_memoize_ignore_keyword_only_and_var_positional": _MEMO_KEYS,
     "test_recipes.py::test_memoize_stampede_ignore": _MEMO_KEYS,
     "test_core.py::test_memoize_ignore_without_signature": _INTERNALS + " (core.inspect)",
-    "test_core.py::test_memoize_ignore_positional_by_name": (
-        "not yet: a name in `ignore` matches a keyword argument only, not the same parameter"
-        " passed by position (migrating.rst)"
-    ),
     "test_core.py::test_foreign_separator_fetch_and_check": _SEPARATOR,
     "test_core.py::test_foreign_separator_remove": _SEPARATOR,
     "test_readonly.py::test_reopen_does_not_write": (
         "the first open of a directory makes its version file (cache.db-versions), which keeps"
         " every process's memory tier coherent; a reopen writes nothing (migrating.rst)"
-    ),
-    "test_readonly.py::test_explicit_read_only": (
-        "not yet: peek() on a read-only cache deletes the expired items it meets, and so"
-        " raises ReadOnlyError (migrating.rst)"
     ),
     "test_readonly.py::test_read_only_file_attribute": (
         "run as root, a cache.db without write permission is writable: diskcache_core asks"
