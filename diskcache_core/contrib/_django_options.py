@@ -66,11 +66,15 @@ def _option_key(options: dict[str, Any]) -> str:
 
 
 def shared_fanout(
-    location: str, shards: Any, timeout: Any, options: dict[str, Any], disk: Any = None
+    location: str, params: dict[str, Any], options: dict[str, Any], remote: bool
 ) -> FanoutCache:
-    """The process's FanoutCache for this configuration, opened on first use. `disk` (the
-    entry's DISK, as diskcache-community names it) wins over ``OPTIONS['disk']``; either may be
-    a Disk type or its dotted path; without both, `default_disk()`'s."""
+    """The process's FanoutCache for this CACHES entry (`params`, its `options`), opened on
+    first use. Its DISK (diskcache-community's name) wins over ``OPTIONS['disk']``; either may
+    be a Disk type or its dotted path; without both, `default_disk()`'s. With a `remote` the
+    directory only keeps copies and each shard runs listener processes: one shard by default."""
+    shards = params.get("SHARDS", 1 if remote else 8)
+    timeout = params.get("DATABASE_TIMEOUT", 0.010)
+    disk = params.get("DISK")
     key = (location, shards, timeout, _option_key(options), repr(disk))
     found = SHARED.get(key)
     if found is not None:

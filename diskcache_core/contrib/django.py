@@ -112,14 +112,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                 "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
                 " items of every host (bound it with Redis's maxmemory policy instead)"
             )
-        # With a remote the directory only keeps copies, and each shard runs listener processes.
-        self._fanout = shared_fanout(
-            location(directory),
-            params.get("SHARDS", 1 if self._remote else 8),
-            params.get("DATABASE_TIMEOUT", 0.010),
-            options,
-            params.get("DISK"),
-        )
+        self._fanout = shared_fanout(location(directory), params, options, self._remote)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -482,9 +475,8 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                    read: bool = False, expire_time: bool = False, tag: bool = False,
                    retry: bool = False, store_time: bool = False) -> Any:
         """Awaitable `get`."""
-        return await run_sync(
-            self.get, key, default, version, read, expire_time, tag, retry, store_time
-        )
+        return await run_sync(self.get, key, default, version, read, expire_time, tag, retry,
+                              store_time)
 
     async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
