@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
 from ._safedisk import SafeDisk
+from ._defaultdisk import configure, default_disk
 from ._fanout import FanoutCache, FanoutStats
 from ._errors import (
     DatabaseError,
@@ -18,6 +19,7 @@ from ._errors import (
     EmptyDirWarning,
     FloatOverflowError,
     ReadOnlyCacheWarning,
+    ReadOnlyError,
     RemoteError,
     RemoteOutcomeUnknownError,
     RemoteUnavailableError,
@@ -64,6 +66,7 @@ __all__ = [
     "MemoryStats",
     "RLock",
     "ReadOnlyCacheWarning",
+    "ReadOnlyError",
     "RemoteError",
     "RemoteOutcomeUnknownError",
     "RemoteUnavailableError",
@@ -77,6 +80,8 @@ __all__ = [
     "UnsafeValueFileError",
     "__version__",
     "barrier",
+    "configure",
+    "default_disk",
     "memoize_stampede",
     "throttle",
 ]

@@ -125,6 +125,14 @@ class AccessLog:
         pending[key] = now
         return previous
 
+    def store_time(self, db_key: Any, raw: Any, stored: float | None) -> float | None:
+        """`stored` (a row's store_time), or the later store time pending for the key."""
+        if self.write_column == "store_time":
+            pending = self.pending.get((db_key, raw))
+            if type(pending) is float and (stored is None or pending > stored):
+                return pending
+        return stored
+
     def unstore(self, db_key: Any, raw: Any, previous: Any) -> None:
         """The write `stored` noted did not happen: put back what was pending before."""
         if previous is NOT_PENDING:

@@ -14,6 +14,7 @@ __all__ = [
     "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
     "TextError", "check_bindable", "check_expire", "check_key", "check_seconds", "check_side",
     "check_tag", "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
+    "shape_stored",
     "whole_number",
 ]  # fmt: skip
 
@@ -214,6 +215,16 @@ def shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: b
     if want_expire:
         return (value, expire_time, tag) if want_tag else (value, expire_time)
     return (value, tag) if want_tag else value
+
+
+def shape_stored(
+    value: Any, expire_time: Any, tag: Any, store_time: Any, want_expire: bool, want_tag: bool
+) -> tuple[Any, ...]:
+    """diskcache-community's return shape for a read with ``store_time=True``: `shape`'s, with
+    the store time last."""
+    if want_expire:
+        return (value, expire_time, tag, store_time) if want_tag else (value, expire_time, store_time)
+    return (value, tag, store_time) if want_tag else (value, store_time)
 
 
 def whole_number(

@@ -96,7 +96,7 @@ class SyncData(Protocol):
 
     def get(
         self, key: Any, default: Any = None, read: bool = False, expire_time: bool = False,
-        tag: bool = False, retry: bool = False,
+        tag: bool = False, retry: bool = False, store_time: bool = False,
     ) -> Any: ...
     def set(
         self, key: Any, value: Any, expire: float | None = None, read: bool = False,
@@ -156,9 +156,10 @@ class AsyncDataMixin:
     async def aget(
         self: SyncData, key: Any, default: Any = None, read: bool = False,
         expire_time: bool = False, tag: bool = False, retry: bool = False,
+        store_time: bool = False,
     ) -> Any:
         """Awaitable `get`."""
-        return await run_sync(self.get, key, default, read, expire_time, tag, retry)
+        return await run_sync(self.get, key, default, read, expire_time, tag, retry, store_time)
 
     async def aset(
         self: SyncData, key: Any, value: Any, expire: float | None = None, read: bool = False,

@@ -11,19 +11,25 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import time
+import weakref
 from typing import Any, Iterator
 
 from . import _schema as sql
-from ._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
+from ._arguments import (
+    check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
+)
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
+from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePickleError
 from ._incr import check_delta, increment
-from ._iteration import keys_by_rowid, keys_sorted
+from ._iteration import KeyIteration
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
+from ._log import DISK as _LOG
 from ._memory import ABSENT
 from ._rows import raise_decode_error
 from ._store import MIN_WRITE_CHARGE, Store
@@ -31,8 +37,8 @@ from ._store import MIN_WRITE_CHARGE, Store
 __all__ = ["Cache"]
 
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
-_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM = (
-    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM
+_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
+    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
 )
 
 
@@ -49,7 +55,41 @@ def _serialize(
         return disk.store(value, read, key=key)
 
 
-class Cache(CacheBase, AsyncCacheMixin):
+def _unreadable(exc: Exception) -> bool:
+    """Whether `exc`, raised by a Disk's fetch, says the entry cannot be read back (what
+    ``on_error='miss'`` reads as a miss): not a file system, memory or library error, but for
+    SafeDisk's refusal."""
+    if isinstance(exc, UnsafePickleError):
+        return True
+    return not isinstance(exc, (OSError, MemoryError, RecursionError, DiskCacheError))
+
+
+_logged_unreadable: weakref.WeakSet[Cache] = weakref.WeakSet()
+
+
+def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
+    """Under ``on_error='miss'``, for an entry `exc` says is unreadable: delete `row` (key,
+    raw, mode, filename, value) if it is still the one read (not on a read-only cache, nor when
+    the lock is busy: a later read tries again), log it (the first of each cache as a
+    warning), and return True: the caller reads a miss."""
+    if cache.disk.on_error != "miss" or not _unreadable(exc):
+        return False
+    first = cache not in _logged_unreadable
+    _logged_unreadable.add(cache)
+    _LOG.log(
+        logging.WARNING if first else logging.DEBUG,
+        "treating an unreadable entry in %r as missing: %s: %s",
+        cache.directory, type(exc).__name__, exc,
+    )
+    if not cache.read_only:
+        try:
+            cache._store.write(sql.DELETE_UNREADABLE, row, False)
+        except Timeout:
+            pass
+    return True
+
+
+class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
@@ -78,6 +118,7 @@ class Cache(CacheBase, AsyncCacheMixin):
         expire_time: bool = False,
         tag: bool = False,
         retry: bool = False,
+        store_time: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` when it is missing or expired.
 
@@ -86,8 +127,14 @@ class Cache(CacheBase, AsyncCacheMixin):
         :param tag: also return the tag, as a tuple
         :param retry: keep retrying a read the database keeps busy (else Timeout after the
             cache's timeout; reads wait for writers only during WAL recovery)
+        :param store_time: also return the time the item was stored (last in the tuple, after
+            the expire time and tag asked for; None for a missing key), as diskcache-community
+            does. Under eviction policies other than least-recently-stored an overwrite keeps
+            the first store time (:doc:`migrating`).
         """
         if self._remote is not None:
+            if store_time:
+                raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
             return self._remote.get(key, default, read, expire_time, tag)
         memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
@@ -99,7 +146,7 @@ class Cache(CacheBase, AsyncCacheMixin):
                 memory.skip -= 1
                 if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
                     self._lookups = memory  # the next get looks it up
-        elif not (read or expire_time or tag):
+        elif not (read or expire_time or tag or store_time):
             # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
             # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
             kind = type(key)
@@ -151,7 +198,9 @@ class Cache(CacheBase, AsyncCacheMixin):
             db_key, raw = self._disk.put(key)
             raw = 1 if raw else 0
         fill = memory.begin_fill(db_key, raw) if refill else None  # type: ignore[union-attr]
-        if expire_time or tag:
+        if store_time:
+            statement = _SELECT_ITEM_STORED
+        elif expire_time or tag:
             statement = _SELECT_ITEM
         else:
             statement = _SELECT_VALUE if fill is None else _SELECT_VALUE_EXPIRY
@@ -180,8 +229,10 @@ class Cache(CacheBase, AsyncCacheMixin):
                 mode, filename, db_value, db_expire, lapsed = row
                 if lapsed:  # an expired row (this statement selects those too)
                     break
-            else:
+            elif statement is _SELECT_ITEM:
                 mode, filename, db_value, db_expire, db_tag = row
+            else:
+                mode, filename, db_value, db_expire, db_tag, db_stored = row
             if mode == MODE_RAW and self._plain_fetch and not read:
                 value = db_value
             else:
@@ -198,15 +249,24 @@ class Cache(CacheBase, AsyncCacheMixin):
                     fill = None
                     break
                 except Exception as exc:  # (only here: a row is judged when its decode failed)
-                    raise_decode_error(
-                        exc, self._disk, mode, filename, db_value, None, key, self._store.pool.path
-                    )
+                    if not _dropped_unreadable(self, exc, (db_key, raw, mode, filename, db_value)):
+                        raise_decode_error(
+                            exc, self._disk, mode, filename, db_value, None, key,
+                            self._store.pool.path,
+                        )
+                    if memory is not None:
+                        memory.forget_key(db_key, raw)
+                    fill = None
+                    break
             if fill is not None:
                 memory.finish_fill(  # type: ignore[union-attr]
                     fill, value, db_value, mode, filename is not None, db_expire, db_key, raw
                 )
             if self._evictor.tracks_reads:
                 self._evictor.note_read(db_key, raw, True, now)
+            if store_time:
+                stored = self._evictor.store_time(db_key, raw, db_stored)
+                return shape_stored(value, db_expire, db_tag, stored, expire_time, tag)
             if expire_time or tag:
                 return shape(value, db_expire, db_tag, expire_time, tag)
             return value
@@ -217,6 +277,8 @@ class Cache(CacheBase, AsyncCacheMixin):
             memory.finish_fill_absent(fill, db_key, raw, known)  # type: ignore[union-attr]
         if self._evictor.tracks_reads:
             self._evictor.note_read(db_key, raw, False, now)
+        if store_time:
+            return shape_stored(default, None, None, None, expire_time, tag)
         if expire_time or tag:
             return shape(default, None, None, expire_time, tag)
         return default
@@ -463,24 +525,3 @@ class Cache(CacheBase, AsyncCacheMixin):
             self._remote.unsupported("transact()")
         with self._store.transaction(retry):
             yield
-
-    # --- iteration ------------------------------------------------------------------------------
-
-    def iterkeys(self, reverse: bool = False) -> Iterator[Any]:
-        """Iterate keys in database sort order (by type, then value), expired ones included."""
-        if self._remote is not None:
-            self._remote.unsupported("iterkeys()")
-        yield from keys_sorted(self._store, self._disk, reverse)
-
-    def _iter_rowid(self, ascending: bool) -> Iterator[Any]:
-        if self._remote is not None:
-            self._remote.unsupported("iteration")
-        yield from keys_by_rowid(self._store, self._disk, ascending)
-
-    def __iter__(self) -> Iterator[Any]:
-        """Iterate keys in insertion order, expired items included."""
-        return self._iter_rowid(ascending=True)
-
-    def __reversed__(self) -> Iterator[Any]:
-        """Iterate keys in reverse insertion order, expired items included."""
-        return self._iter_rowid(ascending=False)

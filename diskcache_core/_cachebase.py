@@ -22,7 +22,8 @@ from ._arguments import check_timeout, whole_number
 from ._check import check_cache
 from ._connections import FetchedRows
 from ._directories import open_cache_directory
-from ._disk import ENOVAL, Disk, check_disk_class
+from ._defaultdisk import disk_type
+from ._disk import ENOVAL, Disk
 from ._eviction import Evictor
 from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
@@ -61,21 +62,21 @@ class CacheBase:
         self,
         directory: str | os.PathLike[str] | None = None,
         timeout: float = 60,
-        disk: type[Disk] = Disk,
+        disk: type[Disk] | None = None,
         **settings: Any,
     ) -> None:
         """Open (creating if needed) the cache in `directory`.
 
         :param directory: cache directory; a new temporary one when None
         :param timeout: seconds a write waits for the database lock before `Timeout`
-        :param disk: Disk subclass for serialization
+        :param disk: Disk subclass for serialization; None: `default_disk()` (see `configure`)
         :param settings: any of DEFAULT_SETTINGS, stored in the database for later opens; and,
             for this object only, ``memory_size_limit`` (bytes) and ``memory_item_limit`` (items),
             the bounds of its memory tier (:doc:`memory`; 0 turns it off), and ``read_only``:
             when true, an existing cache is opened without writing a byte (no migration, no new
             file; every later read too) and writes raise `DatabaseError`
         """
-        check_disk_class(disk)
+        disk = disk_type(disk)
         timeout = check_timeout(timeout)
         checked = validate_settings(settings)
         code_only = {name: checked.pop(name) for name in CODE_ONLY_SETTINGS if name in checked}
@@ -309,6 +310,11 @@ class CacheBase:
         return self._directory
 
     @property
+    def read_only(self) -> bool:
+        """Opened read-only: asked, or its directory or database file is not writable here."""
+        return self._store.pool.read_only
+
+    @property
     def remote(self) -> str | None:
         """The URL of the remote (Redis) this cache fronts, or None (see :doc:`remote`)."""
         return self._remote.url if self._remote is not None else None
@@ -427,9 +433,11 @@ class CacheBase:
         self._evictor.flush_access_log(None if timeout is None else check_timeout(timeout))
 
     def stats(self, enable: bool = True, reset: bool = False) -> tuple[int, int]:
-        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them."""
-        result = self._evictor.hits_misses(reset)
-        if int(bool(enable)) != self.statistics:
+        """Return ``(hits, misses)``; turn statistics on or off; with `reset`, zero them (a
+        read-only cache changes nothing and counts nothing: the stored counts)."""
+        read_only = self._store.pool.read_only
+        result = self._evictor.hits_misses(reset and not read_only)
+        if int(bool(enable)) != self.statistics and not read_only:
             self.reset("statistics", int(bool(enable)))
         return result
 

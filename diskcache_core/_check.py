@@ -26,7 +26,7 @@ from . import _valuefiles
 from . import _reaper
 from . import _schema as sql
 from ._connections import FetchedRows
-from ._errors import DatabaseError, EmptyDirWarning, UnknownFileWarning, UnsafeValueFileError
+from ._errors import EmptyDirWarning, ReadOnlyError, UnknownFileWarning, UnsafeValueFileError
 from ._log import CHECK as _LOG
 from ._rows import SELECT_SUSPECTS, describe_row, judges_modes, row_damage
 
@@ -199,7 +199,7 @@ def _consistent_view(store: "Store", fix: bool, retry: bool) -> Iterator[Any]:
             yield state
         return
     if fix:
-        raise DatabaseError(f"{store.pool.path!r} is opened read-only: check cannot fix it")
+        raise ReadOnlyError(f"{store.pool.path!r} is opened read-only: check cannot fix it")
     yield _Reads(store)
 
 

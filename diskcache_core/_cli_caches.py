@@ -27,15 +27,30 @@ from ._errors import DatabaseError, DiskCacheError, is_busy
 from ._safedisk import SafeDisk
 from ._schema import (
     setting_name,
-    CLI_ALL_SETTINGS,
-    CLI_COUNT_EXPIRED,
-    CLI_LIST_KEYS,
-    CLI_LIST_TAGGED_KEYS,
-    CLI_TABLE_NAMES,
     DBNAME,
     database_uri,
     METADATA,
 )
+
+
+# --- the command-line tool's statements ------------------------------------------------------
+# The tool reads tables directly where the Cache API would read (or unpickle) values it does
+# not need. Its listing pages through rows in rowid order (a shard's insertion order) and
+# returns store_time, by which the rows of several FanoutCache shards are merged.
+
+CLI_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+CLI_LIST_KEYS = (
+    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE rowid > ?"
+    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
+)
+CLI_LIST_TAGGED_KEYS = (
+    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE tag = ? AND rowid > ?"
+    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
+)
+CLI_COUNT_EXPIRED = (
+    "SELECT COUNT(*) FROM Cache WHERE expire_time IS NOT NULL AND expire_time < ?"
+)
+CLI_ALL_SETTINGS = "SELECT key, value FROM Settings"
 
 __all__ = [
     "NOT_SETTINGS",

@@ -13,14 +13,14 @@ import os.path as op
 import stat
 import tempfile
 
-from ._errors import DatabaseError, UnsafeValueFileError
+from ._errors import ReadOnlyError, UnsafeValueFileError
 
 __all__ = ["make_private_dirs", "open_cache_directory", "open_subdirectory"]
 
 
 def open_cache_directory(directory: str | os.PathLike[str] | None, create: bool = True) -> str:
     """The cache directory `directory` names (a new temporary one for None), created owner-only
-    if missing (DatabaseError without `create`: a cache opened read-only), as an absolute
+    if missing (ReadOnlyError without `create`: a cache opened read-only), as an absolute
     path (a later ``os.chdir`` must not move the cache); TypeError for a non-path,
     NotADirectoryError for a file."""
     if directory is None:
@@ -35,7 +35,7 @@ def open_cache_directory(directory: str | os.PathLike[str] | None, create: bool 
         if op.exists(path) and not op.isdir(path):  # (another opener may have just made it)
             raise NotADirectoryError(f"cache directory {path!r} is not a directory")
         if not create:
-            raise DatabaseError(f"no cache directory {path!r} (opened read-only)")
+            raise ReadOnlyError(f"no cache directory {path!r} (opened read-only)")
         make_private_dirs(path)
     return op.abspath(path)
 

@@ -21,10 +21,11 @@ import pickletools
 import stat
 import struct
 import zlib
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 from ._arguments import check_text, whole_number
 from ._codecs import CODEC_NAMES_BY_ID, check_compress_level, codec_named
+from ._derived import derive
 from ._errors import DiskCacheError, DiskFullError, UnsafeValueFileError
 from ._ownership import PRIVATE, Ownership
 from ._valuefiles import (
@@ -104,6 +105,8 @@ def is_value_mode(mode: int) -> bool:
 _OPTION = "Disk option"
 
 
+D = TypeVar("D", bound="Disk")
+
 class Disk:
     """Cache key and value serialization for the SQLite database and value files.
 
@@ -116,6 +119,24 @@ class Disk:
     #: Modes and owner of the value files and directories it makes: set by the Cache from its
     #: database file (see _ownership); owner-only by default.
     ownership: Ownership = PRIVATE
+    #: What `Cache.get` does with an entry it finds but cannot read back: ``'raise'`` the
+    #: error, or ``'miss'`` (see `with_options`).
+    on_error: str = "raise"
+
+    @classmethod
+    def with_options(cls: type[D], *, on_error: str) -> type[D]:
+        """A subclass of this Disk type with `on_error`, to pass as ``disk=``.
+
+        With ``on_error='miss'``, an entry that ``get`` (``cache[key]``, ``read``) finds but
+        cannot read back — a corrupt pickle, a class that no longer exists, a pickle SafeDisk
+        refuses, a value file that is not valid text — is deleted and read as missing (on a
+        read-only cache only read as missing); the first of each cache is logged as a warning
+        on the ``diskcache_core`` logger. A missing value file is a miss anyway; `OSError`,
+        `MemoryError` and `RecursionError` are raised. As in diskcache-community.
+        """
+        if on_error not in ("raise", "miss"):
+            raise ValueError(f"on_error must be 'raise' or 'miss', not {on_error!r}")
+        return derive(cls, {"on_error": on_error})
 
     def __init__(
         self,

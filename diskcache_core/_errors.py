@@ -8,7 +8,8 @@
           ├── RemoteError                anything else the remote refused (authentication, ...)
           │    └── RemoteUnsupportedError an operation a cache with a remote cannot do
           ├── DatabaseError              SQLite failed for another reason (I/O, corrupt, ...)
-          │    └── DiskFullError          no space left on the device (also an OSError, ENOSPC)
+          │    ├── DiskFullError          no space left on the device (also an OSError, ENOSPC)
+          │    └── ReadOnlyError          a write to a read-only cache (also sqlite3.OperationalError)
           ├── UnsafeValueFileError       a value-file name that escapes the cache directory
           └── UnsafePickleError          SafeDisk refused to unpickle a type (also UnpicklingError)
 
@@ -39,6 +40,7 @@ __all__ = [
     "EmptyDirWarning",
     "FloatOverflowError",
     "ReadOnlyCacheWarning",
+    "ReadOnlyError",
     "RemoteError",
     "RemoteOutcomeUnknownError",
     "RemoteUnavailableError",
@@ -112,6 +114,15 @@ class DiskFullError(DatabaseError, OSError):
     """
 
 
+class ReadOnlyError(DatabaseError, sqlite3.OperationalError):
+    """A write to a cache opened read-only (``read_only=True``, or a directory or database file
+    this process cannot write): nothing was written.
+
+    Also a ``sqlite3.OperationalError``, the error SQLite raises for a write to a read-only
+    database, as diskcache-community's ``ReadOnlyError`` is: handlers of either keep working.
+    """
+
+
 class UnsafeValueFileError(DiskCacheError):
     """A row names a value file outside the cache directory; it is neither read nor removed."""
 
@@ -164,7 +175,7 @@ def is_readonly_rollback(exc: sqlite3.Error) -> bool:
 
 
 _SQLITE_READONLY_ROLLBACK = 8 | (3 << 8)
-_SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 13, 14
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL, _SQLITE_CANTOPEN = 8, 10, 13, 14
 _NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _LOW_SPACE = 64 * 1024  # bytes: below this, an I/O failure is taken for a full disk
 _ROOMY = 64 * 1024 * 1024  # bytes: with this free, SQLITE_FULL is not a full device
@@ -191,6 +202,8 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
     space, but as a bare "disk I/O error" when it cannot grow its WAL index (``-shm``); for those
     the free space of `path`'s device tells.
     """
+    if isinstance(exc, DiskCacheError):  # ReadOnlyError: already the library's own
+        return exc
     if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
         return Timeout(str(exc))
     if str(exc) == _UDF_FAILED:
@@ -209,6 +222,8 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
             if failure.errno in _NO_SPACE:
                 return storage_error(failure, repr(path))
             return DatabaseError(f"SQLite: {exc} ({failure.strerror})")
+    if code == _SQLITE_READONLY:
+        return ReadOnlyError(f"SQLite: {exc}")
     full = code == _SQLITE_FULL or "disk is full" in str(exc)
     if not full and code not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
         return DatabaseError(f"SQLite: {exc}")

@@ -54,8 +54,7 @@ class Evictor:
         self.store = store
         self.settings = settings
         self.access = AccessLog(settings.eviction_policy, settings.statistics)
-        self.tracks_reads = self.access.tracks_reads  # whether a get must note anything
-        self.tracks_writes = self.access.tracks_writes
+        self._follow_access()
         # Under least-frequently-used, the key each thread's latest set wrote (see check_size).
         self.read_counts = self.access.read_column == "access_count"
         self.writing = threading.local()
@@ -69,14 +68,20 @@ class Evictor:
     def set_policy(self, value: str) -> None:
         self.settings.eviction_policy = value
         self.access.set_policy(self.settings.eviction_policy)
-        self.tracks_reads = self.access.tracks_reads
-        self.tracks_writes = self.access.tracks_writes
+        self._follow_access()
         self.read_counts = self.access.read_column == "access_count"
 
     def set_statistics(self, value: int) -> None:
         self.settings.statistics = value
         self.access.statistics = bool(self.settings.statistics)
-        self.tracks_reads = self.access.tracks_reads
+        self._follow_access()
+
+    def _follow_access(self) -> None:
+        """Whether a get (`tracks_reads`) or a write (`tracks_writes`) must note anything: as
+        the access log says, but never on a read-only cache, which could write none of it."""
+        writable = not self.store.pool.read_only
+        self.tracks_reads = writable and self.access.tracks_reads
+        self.tracks_writes = writable and self.access.tracks_writes
 
     def set_size_limit(self, value: int) -> None:
         self.settings.size_limit = value
@@ -137,6 +142,11 @@ class Evictor:
                 access.count_dropped(len(part[0]))
         finally:
             access.flushing.release()
+
+    def store_time(self, db_key: Any, raw: Any, stored: float | None) -> float | None:
+        """The store time of `db_key` whose row says `stored`: a later one this process noted
+        for an overwrite and has not written yet, under least-recently-stored (see _access)."""
+        return self.access.store_time(db_key, raw, stored)
 
     def note_write(self, db_key: Any, raw: Any, now: float) -> Any:
         """A write is about to store `db_key` (call only when `tracks_writes`, and before the

@@ -1,8 +1,7 @@
-"""A cache's keys a page at a time, in the database's sort order or in insertion (rowid) order.
-
-Each page is a read of its own, so no read transaction (and no snapshot of the WAL) stays open
-between pages however slowly the caller iterates; a page starts after the last key of the one
-before, so writes meanwhile neither repeat nor skip the keys that stay.
+"""Iterating a cache's keys, a page of rows per query (no read transaction stays open between
+pages, so writers are never held up): in key order (`keys_in_order`), in insertion order
+(`keys_by_rowid`), and the keys of one tag in insertion order (`tagged_keys`), which reads the
+tag index (``tag_index``) where there is one. Expired items are included; no value is read.
 """
 
 from __future__ import annotations
@@ -10,18 +9,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _schema as sql
+from ._arguments import INT64_MAX, check_tag
+from ._disk import ENOVAL, Disk
+from ._store import Store
 
 if TYPE_CHECKING:
-    from ._disk import Disk
-    from ._store import Store
+    from ._remotetier import RemoteTier
 
-__all__ = ["keys_by_rowid", "keys_sorted"]
+__all__ = ["KeyIteration", "keys_by_rowid", "keys_in_order", "tagged_keys"]
 
 PAGE = 100  # keys per query
 
 
-def keys_sorted(store: "Store", disk: "Disk", reverse: bool) -> Iterator[Any]:
-    """Keys in database sort order (by type, then value), expired ones included."""
+def keys_in_order(store: Store, disk: Disk, reverse: bool) -> Iterator[Any]:
+    """The keys in database sort order (by type, then value)."""
     first, following = sql.KEYS_DESC if reverse else sql.KEYS_ASC
     rows = store.read(first)
     while rows:
@@ -31,8 +32,22 @@ def keys_sorted(store: "Store", disk: "Disk", reverse: bool) -> Iterator[Any]:
         rows = store.read(following, (db_key, raw, db_key, PAGE))
 
 
-def keys_by_rowid(store: "Store", disk: "Disk", ascending: bool) -> Iterator[Any]:
-    """Keys in insertion order (or its reverse), expired ones included."""
+def tagged_keys(store: Store, disk: Disk, tag: Any, reverse: bool) -> Iterator[Any]:
+    """The keys stored with `tag` (a checked tag; None: with none) in insertion order."""
+    statement = (sql.UNTAGGED_KEYS if tag is None else sql.TAGGED_KEYS)[reverse]
+    last = INT64_MAX if reverse else 0
+    while True:
+        rows = store.read(statement, (tag, last, PAGE))
+        for _, db_key, raw in rows:
+            yield disk.get(db_key, raw)
+        if len(rows) < PAGE:
+            return
+        last = rows[-1][0]
+
+
+def keys_by_rowid(store: Store, disk: Disk, ascending: bool) -> Iterator[Any]:
+    """The keys in insertion order (rowid order), or its reverse; rows added meanwhile after
+    the highest rowid at the start are not met."""
     ((max_rowid,),) = store.read(sql.MAX_ROWID)
     if max_rowid is None:
         return
@@ -47,3 +62,35 @@ def keys_by_rowid(store: "Store", disk: "Disk", ascending: bool) -> Iterator[Any
             low = rows[-1][0]
         else:
             high = rows[-1][0]
+
+
+class KeyIteration:
+    """Cache's iteration methods: a base class of Cache, over the parts CacheBase composes."""
+
+    _store: Store
+    _disk: Disk
+    _remote: RemoteTier | None  # iteration is not offered over a remote's items
+
+    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
+        """Iterate keys in database sort order (by type, then value), expired ones included.
+
+        With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
+        order, read through the tag index where there is one (``tag_index``); no value is read.
+        """
+        if self._remote is not None:
+            self._remote.unsupported("iterkeys()")
+        if tag is ENOVAL:
+            return keys_in_order(self._store, self._disk, reverse)
+        return tagged_keys(self._store, self._disk, check_tag(tag), reverse)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate keys in insertion order, expired items included."""
+        if self._remote is not None:
+            self._remote.unsupported("iteration")
+        return keys_by_rowid(self._store, self._disk, ascending=True)
+
+    def __reversed__(self) -> Iterator[Any]:
+        """Iterate keys in reverse insertion order, expired items included."""
+        if self._remote is not None:
+            self._remote.unsupported("iteration")
+        return keys_by_rowid(self._store, self._disk, ascending=False)

@@ -30,7 +30,7 @@ from ._arguments import check_text
 from ._dbfile import refuse_special_file
 from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
-from ._errors import DatabaseError, DiskCacheError, storage_error
+from ._errors import DatabaseError, DiskCacheError, ReadOnlyError, storage_error
 from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
 from ._schema import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 
@@ -189,7 +189,7 @@ def read_layout(directory: str, shards: int, read_only: bool = False) -> str:
             return _HASH_PEER
         else:
             if read_only:
-                raise DatabaseError(f"no cache in {directory!r} (opened read-only)") from None
+                raise ReadOnlyError(f"no cache in {directory!r} (opened read-only)") from None
             try:
                 recorded = _record_layout(path, _our_layout(shards))
             except OSError as exc:  # a full disk says so (DiskFullError)

@@ -32,7 +32,7 @@ from ._arguments import check_expire, check_tag
 from ._async import start_sync
 from ._disk import ENOVAL
 from ._errors import FloatOverflowError, RemoteOutcomeUnknownError, Timeout
-from ._memokeys import check_ignore, encode_value, make_key, quote_text
+from ._memokeys import check_ignore, encode_value, make_key, quote_text, with_positions
 from ._recipes import Lock, backoff_delays, full_name, lease_seconds
 
 __all__ = ["MemoizeDecorator", "Memoized", "memoize", "memoize_stampede"]
@@ -94,7 +94,7 @@ class _Memo:
         self.cache = cache
         self.base = full_name(func) if name is None else name
         self.typed = typed
-        self.ignore = check_ignore(ignore)
+        self.ignore = with_positions(func, check_ignore(ignore))
         self.key = key
         self.expire = expire
         self.tag = tag

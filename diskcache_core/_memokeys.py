@@ -10,6 +10,7 @@ each other even untyped). Other types fall back to pickle (fixed protocol).
 from __future__ import annotations
 
 import base64
+import inspect
 import pickle
 import pickletools
 from collections.abc import Callable, Iterable
@@ -18,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "args_to_key", "check_ignore", "encode_typed", "encode_value", "make_key", "quote_text",
+    "with_positions",
 ]  # fmt: skip
 
 _PICKLE_PROTOCOL = 4  # fixed, not the interpreter's default: keys must not change with Python
@@ -163,6 +165,26 @@ def check_ignore(ignore: Any) -> frozenset[Any]:
     if isinstance(ignore, (str, bytes)) or not isinstance(ignore, Iterable):
         raise TypeError(f"ignore must be a set of positions and names as {{0, 'session'}}, not {ignore!r:.50}")
     return frozenset(ignore)
+
+
+def with_positions(func: Any, ignore: frozenset[Any]) -> frozenset[Any]:
+    """`ignore` with the position of each name in it that is a positional parameter of `func`,
+    so that the argument is left out whether it is passed by position or by keyword
+    (python-diskcache issue 240, as diskcache-community does). Unchanged for a callable
+    without a signature."""
+    names = {name for name in ignore if type(name) is str}
+    if not names:
+        return ignore
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return ignore
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positions = {
+        index for index, parameter in enumerate(parameters)
+        if parameter.kind in positional and parameter.name in names
+    }  # fmt: skip
+    return ignore | positions
 
 
 def args_to_key(

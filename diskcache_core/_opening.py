@@ -21,7 +21,8 @@ from ._connections import ConnectionPool
 from ._dbfile import in_wal_mode, refuse_special_file
 from ._disk import Disk
 from ._errors import (
-    DatabaseError, DiskFullError, is_busy, is_cannot_open, storage_error, translate_sqlite_error,
+    DatabaseError, DiskFullError, ReadOnlyError, is_busy, is_cannot_open, storage_error,
+    translate_sqlite_error,
 )
 from ._ownership import PRIVATE, Ownership, create_database_file, ownership_of
 from ._settings import PEER_ONLY_ROWS, Settings, usable_stored_settings
@@ -70,7 +71,11 @@ def open_database(
 
     pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, configure)
     # Read-only when asked (nothing may change: not even a new -wal or -shm) or when it must be.
-    pool.read_only = bool(code_only.get("read_only")) or not os.access(directory, os.W_OK)
+    pool.read_only = (
+        bool(code_only.get("read_only"))
+        or not os.access(directory, os.W_OK)
+        or (op.exists(pool.path) and not os.access(pool.path, os.W_OK))
+    )
     setup_timeout = max(timeout, _SETUP_TIMEOUT)
     # A WAL database with no WAL index (-shm): no writer has it open, so its file is the whole
     # truth now; it is read as immutable (a read-only connection would make a -wal and -shm it
@@ -84,7 +89,7 @@ def open_database(
         if not pool.read_only:
             create_database_file(pool.path, os.stat(directory))
         elif not op.exists(pool.path):
-            raise DatabaseError(f"no cache database in {directory!r} (opened read-only)")
+            raise ReadOnlyError(f"no cache database in {directory!r} (opened read-only)")
         pool.immutable = no_wal_index
         con = pool.connect(timeout=setup_timeout)
         pool.immutable = False
@@ -113,7 +118,7 @@ def open_database(
         if pool.read_only:
             changed = sorted(n for n, v in checked.items() if stored.get(n, object()) != v)
             if changed or not stored:
-                raise DatabaseError(
+                raise ReadOnlyError(
                     f"cache directory {directory!r} is read-only: cannot"
                     + (f" change settings {changed}" if stored else " create a cache")
                 )

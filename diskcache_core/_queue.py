@@ -164,23 +164,43 @@ class Queues:
     def _first_live(self, statement: str, params: tuple[Any, ...], retry: bool) -> tuple[Any, ...] | None:
         """``(db_key, raw, value, expire_time, tag)`` of the first row `statement` selects that
         has not expired, or None. Expired rows met on the way are deleted, and so are rows
-        whose value file is missing."""
+        whose value file is missing; a read-only cache passes over them instead (the statement
+        is read again with an OFFSET of the rows passed)."""
+        read_only = self._store.pool.read_only
+        passed = 0
         while True:
             now = time.time()
-            rows = self._store.read(statement, params)
+            if passed:
+                rows = self._store.read(*_past(statement, params, passed))
+            else:
+                rows = self._store.read(statement, params)
             if not rows:
                 return None
             rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value, size = rows[0]
             expiry = sql.expiry_of(db_expire)  # db_expire itself names the row below
             if expiry is not None and expiry < now:
-                self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
+                if read_only:
+                    passed += 1
+                else:
+                    self._store.write(sql.DELETE_EXPIRED_ROWID, (rowid, now), retry)
                 continue
             try:
                 value = self.fetch_row(rowid, db_key, mode, filename, db_value, size)
             except FileNotFoundError:
+                if read_only:
+                    passed += 1
+                    continue
                 # Replaced meanwhile, or lost for good: the row goes if it is still the one
                 # read (as pull removes it), and either way we look again.
                 unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
                 self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
                 continue
             return db_key, raw, value, db_expire, db_tag
+
+
+def _past(statement: str, params: tuple[Any, ...], passed: int) -> tuple[str, tuple[Any, ...]]:
+    """`statement` (a ``LIMIT 1`` query, perhaps with an ``OFFSET ?`` last) and `params`, moved
+    `passed` rows further on."""
+    if statement.endswith("OFFSET ?"):
+        return statement, (*params[:-1], params[-1] + passed)
+    return statement + " OFFSET ?", (*params, passed)

@@ -16,12 +16,16 @@ import importlib
 import io
 import pickle
 import pickletools
-from typing import Any, BinaryIO, Iterable
+import sys
+from typing import Any, BinaryIO, Iterable, TypeVar
 
+from ._derived import derive
 from ._disk import Disk
 from ._errors import UnsafePickleError
 
-__all__ = ["SafeDisk"]
+__all__ = ["SafeDisk", "UNSAFE_MODULES"]
+
+S = TypeVar("S", bound="SafeDisk")
 
 _SAFE_GLOBALS = frozenset(
     {
@@ -405,6 +409,46 @@ def _check_pickle(data: bytes, table: dict[tuple[str, str], _Global]) -> None:
         raise _refused(f"malformed pickle ({exc.__class__.__name__} at byte {at})") from exc
 
 
+# Packages whose classes `SafeDisk.with_types` refuses: numpy restores a dtype's internal flags
+# from its pickle unchecked, so a crafted pickle can make an array read raw bytes as object
+# pointers (diskcache-community refuses them too).
+UNSAFE_MODULES = ("numpy",)
+
+
+def _within(module: str, modules: Iterable[str]) -> bool:
+    """Whether `module` is one of `modules` or a module below one."""
+    return any(module == name or module.startswith(name + ".") for name in modules)
+
+
+class _ModuleTable(dict[tuple[str, str], _Global]):
+    """A global table that also admits the classes defined in `modules` (or below them): found
+    among the modules already imported (a pickle never imports one), through the modules' and
+    classes' own namespaces (no ``__getattr__`` hook runs)."""
+
+    def __init__(self, table: dict[tuple[str, str], _Global], modules: tuple[str, ...]) -> None:
+        super().__init__(table)
+        self.modules = modules
+
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:
+        found = dict.get(self, key)
+        if found is None:
+            found = self._from_modules(*key)
+        return default if found is None else found
+
+    def _from_modules(self, module: str, name: str) -> _Global | None:
+        if type(module) is not str or type(name) is not str or not _within(module, self.modules):
+            return None
+        found: Any = sys.modules.get(module)
+        for part in name.split("."):
+            found = vars(found).get(part) if hasattr(found, "__dict__") else None
+        if not isinstance(found, type) or found.__qualname__ != name:
+            return None
+        if not _within(found.__module__, self.modules) or _within(found.__module__, UNSAFE_MODULES):
+            return None
+        entry = self[(module, name)] = _Global(found, f"{module}.{name}")
+        return entry
+
+
 class _HasGlobals(Exception):
     """The global-free first try of a load met a global: check the pickle, then load it."""
 
@@ -442,15 +486,51 @@ class SafeDisk(Disk):
     disk_allowed_types=[MyType])``); it is never read from the cache database.
     """
 
+    #: Classes and modules a type made by `with_types` adds to the allow-list.
+    safe_types: frozenset[type] = frozenset()
+    safe_modules: tuple[str, ...] = ()
+
     def __init__(self, directory: str, allowed_types: Iterable[type] = (), **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
         allowed = dict(_safe_globals())
-        for allowed_type in allowed_types:
+        for allowed_type in (*self.safe_types, *allowed_types):
             if not isinstance(allowed_type, type):
                 raise TypeError(f"allowed_types must hold classes, not {allowed_type!r}")
             allowed[(allowed_type.__module__, allowed_type.__qualname__)] = allowed_type
-        self._table = _global_table(allowed)
+        table = _global_table(allowed)
+        self._table = _ModuleTable(table, self.safe_modules) if self.safe_modules else table
         self.allowed_types = tuple(allowed_types)
+
+    @classmethod
+    def with_types(
+        cls: type[S], *types: type, modules: str | Iterable[str] = ()
+    ) -> type[S]:
+        """A SafeDisk type that also allows `types` and the classes defined in `modules` (or in
+        modules below them), to pass as ``disk=``; called on such a type, it adds to its list.
+
+        As diskcache-community's. Allow only plain data classes (dataclasses, named tuples,
+        enums) whose construction does nothing but store fields: a pickle may call them. The
+        classes of `modules` are looked up among the modules already imported. numpy's are
+        refused (`UNSAFE_MODULES`); store arrays as bytes (``numpy.save(...,
+        allow_pickle=False)``).
+        """
+        for entry in types:
+            if not isinstance(entry, type):
+                raise TypeError(f"with_types takes classes, not {entry!r}")
+            if _within(entry.__module__, UNSAFE_MODULES):
+                raise ValueError(f"with_types refuses the class {entry!r}")
+        prefixes = []
+        for name in (modules,) if isinstance(modules, str) else modules:
+            prefix = name.rstrip(".") if isinstance(name, str) else ""
+            if not prefix or not all(part.isidentifier() for part in prefix.split(".")):
+                raise ValueError(f"{name!r} is not a module name")
+            if any(_within(prefix, (unsafe,)) or _within(unsafe, (prefix,)) for unsafe in UNSAFE_MODULES):
+                raise ValueError(f"with_types refuses the module {name!r}")
+            prefixes.append(prefix)
+        return derive(cls, {
+            "safe_types": cls.safe_types | frozenset(types),
+            "safe_modules": tuple(dict.fromkeys((*cls.safe_modules, *prefixes))),
+        })  # fmt: skip
 
     def _loads(self, data: bytes) -> Any:
         if type(data) is not bytes:

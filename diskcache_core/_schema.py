@@ -191,6 +191,10 @@ SELECT_ITEM = (
     f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time, tag FROM Cache"
     " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 )
+SELECT_ITEM_STORED = (  # get(store_time=True)
+    f"SELECT mode, filename, {_VALUE_OR_SIZE}, expire_time, tag, store_time FROM Cache"
+    " WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+)
 SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 # A row for the key, expired or not (a near cache's copy the listener may refresh).
 # The refresher renews inline copies only: a value file's item is not even read from Redis.
@@ -242,6 +246,10 @@ _UNCHANGED = (
 )
 DELETE_UNCHANGED = "DELETE FROM Cache WHERE rowid = ? AND key = ? AND raw = ?" + _UNCHANGED
 TOUCH = "UPDATE Cache SET expire_time = ? WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
+DELETE_UNREADABLE = (  # an entry on_error='miss' drops, if it is still the one read
+    "DELETE FROM Cache WHERE key = ?1 AND raw = ?2 AND mode = ?3 AND filename IS ?4"
+    " AND (?4 IS NOT NULL OR value IS ?5)"
+)
 
 # incr in one statement when the stored value is a native number and the sum stays a 64-bit
 # integer (SQLite turns an overflowing sum into a REAL; then the Python path takes over). The
@@ -309,6 +317,16 @@ KEYS_DESC = (
     "SELECT key, raw FROM Cache ORDER BY key DESC, raw DESC LIMIT 100",
     "SELECT key, raw FROM Cache WHERE key = ? AND raw < ? OR key < ?"
     " ORDER BY key DESC, raw DESC LIMIT ?",
+)
+# iterkeys(tag=...): the keys of one tag (or of none) in insertion order, a page at a time,
+# through the Cache_tag_rowid index where it exists (tag_index); by rowid otherwise.
+TAGGED_KEYS = (
+    "SELECT rowid, key, raw FROM Cache WHERE tag = ?1 AND rowid > ?2 ORDER BY rowid ASC LIMIT ?3",
+    "SELECT rowid, key, raw FROM Cache WHERE tag = ?1 AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3",
+)
+UNTAGGED_KEYS = (
+    "SELECT rowid, key, raw FROM Cache WHERE tag IS NULL AND rowid > ?2 ORDER BY rowid ASC LIMIT ?3",
+    "SELECT rowid, key, raw FROM Cache WHERE tag IS NULL AND rowid < ?2 ORDER BY rowid DESC LIMIT ?3",
 )
 ROWS_ASC = "SELECT rowid, key, raw FROM Cache WHERE ? < rowid AND rowid < ? ORDER BY rowid ASC LIMIT ?"
 ROWS_DESC = "SELECT rowid, key, raw FROM Cache WHERE ? < rowid AND rowid < ? ORDER BY rowid DESC LIMIT ?"
@@ -576,22 +594,3 @@ def create_or_migrate(
             con.execute("ROLLBACK")
         raise
 
-
-# --- statements of the command-line tool -------------------------------------------------------
-# The tool reads tables directly where the Cache API would read (or unpickle) values it does
-# not need. Its listing pages through rows in rowid order (a shard's insertion order) and
-# returns store_time, by which the rows of several FanoutCache shards are merged.
-
-CLI_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
-CLI_LIST_KEYS = (
-    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE rowid > ?"
-    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
-)
-CLI_LIST_TAGGED_KEYS = (
-    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE tag = ? AND rowid > ?"
-    " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
-)
-CLI_COUNT_EXPIRED = (
-    "SELECT COUNT(*) FROM Cache WHERE expire_time IS NOT NULL AND expire_time < ?"
-)
-CLI_ALL_SETTINGS = "SELECT key, value FROM Settings"

@@ -24,7 +24,9 @@ from . import _reaper
 from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, OPEN_WAIT, RECHECK_INTERVAL, ConnectionPool, ThreadState
 from ._disk import Disk
-from ._errors import DatabaseError, is_busy, is_readonly_rollback, translate_sqlite_error
+from ._errors import (
+    DatabaseError, ReadOnlyError, is_busy, is_readonly_rollback, translate_sqlite_error,
+)
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
 from ._memory import publish
 from ._schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
@@ -221,7 +223,7 @@ class Store:
         """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
         if self.pool.read_only:  # (its function exists only on connections that may write)
-            raise DatabaseError(_READ_ONLY.format(self.path))
+            raise ReadOnlyError(_READ_ONLY.format(self.path))
         state = self.state(retry)
         state.new_value = NO_VALUE
         rowcount, _ = self.write(statement, params, retry, charge=charge)
@@ -395,7 +397,7 @@ class Store:
         if self.pool.read_only:  # (else SQLite's refusal would read as a rolled-back block)
             if new_file is not None:
                 self.remove_file(new_file)
-            raise DatabaseError(_READ_ONLY.format(self.path))
+            raise ReadOnlyError(_READ_ONLY.format(self.path))
         state = self._state_for(retry, new_file)
         if not state.depth and _monotonic() >= state.recheck_at:
             state = self._recheck(state, retry, new_file)

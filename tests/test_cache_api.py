@@ -263,13 +263,19 @@ def test_a_disk_of_its_own_gets_null_for_a_value_files_value(make_store):
     assert seen == [(True, None)]
 
 
-@pytest.mark.parametrize('disk', [dc.Disk('unused'), int, 'Disk', None])
+@pytest.mark.parametrize('disk', [dc.Disk('unused'), int, 'Disk'])
 def test_disk_must_be_a_disk_class(cache_class, cache_dir, disk):
     # A TypeError, and the ValueError python-diskcache raises, so code written for either works.
     for expected in (TypeError, ValueError):
         with pytest.raises(expected, match='subclass of diskcache_core.Disk'):
             cache_class(cache_dir, disk=disk)
     assert not os.path.exists(cache_dir)
+
+
+def test_disk_none_is_the_default_disk(cache_class, cache_dir):
+    # diskcache-community's default: None means default_disk() (Disk unless configured).
+    with cache_class(cache_dir, disk=None) as cache:
+        assert type(cache.disk) is dc.default_disk() is dc.Disk
 
 
 @pytest.mark.parametrize('value', ['text', 'x' * BIG, 12345, 2.5, [1, 2], None])

@@ -149,6 +149,16 @@ def test_options_reach_the_fanout_cache(make_backend):
     assert type(backend.fanout.disk) is diskcache_core.JSONDisk
 
 
+def test_disk_names_the_disk_type_as_diskcache_community_does(make_backend, tmp_path):
+    backend = make_backend(str(tmp_path / "a"), DISK="diskcache_core.SafeDisk")
+    assert type(backend.fanout.disk) is diskcache_core.SafeDisk
+    both = make_backend(str(tmp_path / "b"), DISK=diskcache_core.JSONDisk, OPTIONS={"disk": "x.Y"})
+    assert type(both.fanout.disk) is diskcache_core.JSONDisk  # DISK wins over OPTIONS['disk']
+    assert backend.get("missing", store_time=True) == (None, None)
+    backend.set("k", 1)
+    assert backend.get("k", store_time=True)[0] == 1
+
+
 def test_defaults_are_python_diskcaches(make_backend):
     backend = make_backend()
     assert len(backend.fanout.shards) == 8

@@ -92,7 +92,9 @@ def test_constants():
 # Parameter names and defaults of python-diskcache 5.6.3's Cache, in order. Extra parameters
 # may follow them; these must stay where callers pass them positionally.
 SIGNATURES = {
-    '__init__': [('directory', None), ('timeout', 60), ('disk', dc.Disk)],
+    # disk=None: default_disk() (Disk unless configure() or DISKCACHE_DISK chose another), as in
+    # diskcache-community; python-diskcache's default was Disk itself.
+    '__init__': [('directory', None), ('timeout', 60), ('disk', None)],
     'set': [('key',), ('value',), ('expire', None), ('read', False), ('tag', None), ('retry', False)],
     'add': [('key',), ('value',), ('expire', None), ('read', False), ('tag', None), ('retry', False)],
     'get': [('key',), ('default', None), ('read', False), ('expire_time', False), ('tag', False), ('retry', False)],
@@ -148,7 +150,7 @@ SIGNATURES = {
 # python-diskcache's FanoutCache differs from its Cache here; it has no queue methods or iterkeys.
 FANOUT_SIGNATURES = {
     **SIGNATURES,
-    '__init__': [('directory', None), ('shards', 8), ('timeout', 0.010), ('disk', dc.Disk)],
+    '__init__': [('directory', None), ('shards', 8), ('timeout', 0.010), ('disk', None)],
     '__delitem__': [('key',)],
     'transact': [('retry', True)],
     'reset': [('key',), ('value', dc.ENOVAL)],

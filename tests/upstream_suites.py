@@ -63,18 +63,23 @@ def sdist_tests(project: str, version: str, marker: str) -> Path:
     return found[0].parents[len(Path(marker).parts) - 1]
 
 
-def environment(tmp_path: Path) -> dict[str, str]:
-    """The subprocess's environment: this repository importable, temporary files in tmp_path."""
+def environment(tmp_path: Path, first: Path | None = None) -> dict[str, str]:
+    """The subprocess's environment: this repository importable (after `first`, a directory
+    of import shims), temporary files in tmp_path."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), env.get("PYTHONPATH")]))
+    paths = [str(first) if first else "", str(REPOSITORY), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     env["TMPDIR"] = str(tmp_path)  # the caches' directories, removed with tmp_path
     return env
 
 
-def run_pytest(run: Path, files: list[str], tmp_path: Path) -> tuple[Path, str]:
+def run_pytest(
+    run: Path, files: list[str], tmp_path: Path, shims: Path | None = None
+) -> tuple[Path, str]:
     """Runs pytest on `files` in directory `run` (none of our options: an empty pytest.ini);
     returns its JUnit XML report and its output.
 
+    `shims` is put first on the subprocess's import path (and its subprocesses').
     A failing test is run up to twice more (pytest-rerunfailures), and only its last run
     counts: some upstream tests assume a thread starts, or an item is read back, within 0.1 s,
     which a loaded machine may not give. A test that fails on every run is reported.
@@ -84,7 +89,7 @@ def run_pytest(run: Path, files: list[str], tmp_path: Path) -> tuple[Path, str]:
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
          f"--junitxml={report}", "--timeout=300", "--reruns=2", *files],
-        cwd=run, env=environment(tmp_path), capture_output=True, text=True, timeout=1500,
+        cwd=run, env=environment(tmp_path, shims), capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert report.is_file(), output[-5000:]

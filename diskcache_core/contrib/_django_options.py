@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .. import DiskCacheError, Disk, FanoutCache
+from .. import DiskCacheError, FanoutCache
 
 __all__ = ["SHARED", "EntryLimit", "location", "shared_fanout"]
 
@@ -86,9 +86,17 @@ def _option_key(options: dict[str, Any]) -> str:
     return repr(sorted(options.items(), key=lambda item: item[0]))
 
 
-def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, Any]) -> FanoutCache:
-    """The process's FanoutCache for this configuration, opened on first use."""
-    key = (location, shards, timeout, _option_key(options))
+def shared_fanout(
+    location: str, params: dict[str, Any], options: dict[str, Any], remote: bool
+) -> FanoutCache:
+    """The process's FanoutCache for this CACHES entry (`params`, its `options`), opened on
+    first use. Its DISK (diskcache-community's name) wins over ``OPTIONS['disk']``; either may
+    be a Disk type or its dotted path; without both, `default_disk()`'s. With a `remote` the
+    directory only keeps copies and each shard runs listener processes: one shard by default."""
+    shards = params.get("SHARDS", 1 if remote else 8)
+    timeout = params.get("DATABASE_TIMEOUT", 0.010)
+    disk = params.get("DISK")
+    key = (location, shards, timeout, _option_key(options), repr(disk))
     found = SHARED.get(key)
     if found is not None:
         return found
@@ -97,7 +105,8 @@ def shared_fanout(location: str, shards: Any, timeout: Any, options: dict[str, A
         if found is None:
             _check_entry_keys(options)
             settings = dict(options)
-            disk = settings.pop("disk", Disk)
+            in_options = settings.pop("disk", None)
+            disk = in_options if disk is None else disk
             try:
                 if isinstance(disk, str):
                     disk = import_string(disk)

@@ -9,6 +9,7 @@ Configuration (every key but BACKEND and LOCATION is optional)::
             "TIMEOUT": 300,              # Django's default expiry (None: never expire)
             "SHARDS": 8,                 # FanoutCache shards
             "DATABASE_TIMEOUT": 0.010,   # seconds a write waits for its shard's lock
+            "DISK": "diskcache_core.SafeDisk",  # a Disk type or its dotted path (default_disk())
             "OPTIONS": {"size_limit": 2**30},  # FanoutCache settings (and "disk")
         },
     }
@@ -111,13 +112,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                 "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
                 " items of every host (bound it with Redis's maxmemory policy instead)"
             )
-        # With a remote the directory only keeps copies, and each shard runs listener processes.
-        self._fanout = shared_fanout(
-            location(directory),
-            params.get("SHARDS", 1 if self._remote else 8),
-            params.get("DATABASE_TIMEOUT", 0.010),
-            options,
-        )
+        self._fanout = shared_fanout(location(directory), params, options, self._remote)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -212,10 +207,11 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         expire_time: bool = False,
         tag: bool = False,
         retry: bool = False,
+        store_time: bool = False,
     ) -> Any:
-        """The value of `key`, or `default`; with `expire_time`/`tag`, a tuple with those."""
+        """The value of `key`, or `default`; with `expire_time`/`tag`/`store_time`, a tuple."""
         key = self.make_and_validate_key(key, version=version)
-        return self._fanout.get(key, default, read, expire_time, tag, retry)
+        return self._fanout.get(key, default, read, expire_time, tag, retry, store_time)
 
     def set(
         self,
@@ -481,9 +477,10 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
 
     async def aget(self, key: str, default: Any = None, version: int | None = None,
                    read: bool = False, expire_time: bool = False, tag: bool = False,
-                   retry: bool = False) -> Any:
+                   retry: bool = False, store_time: bool = False) -> Any:
         """Awaitable `get`."""
-        return await run_sync(self.get, key, default, version, read, expire_time, tag, retry)
+        return await run_sync(self.get, key, default, version, read, expire_time, tag, retry,
+                              store_time)
 
     async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
