@@ -161,6 +161,9 @@ def _stats(args: argparse.Namespace, shards: list[Any], stores: list[Any], out: 
     out.line(f"copies:           {copies} on this host (a near cache's rows)")
     out.line(f"size limit:       {human_size(int(shards[0].settings.get('size_limit', 0)))}"
              " per shard, for the copies")
+    out.line("settings (of the copies):")
+    for name, value in sorted(shards[0].settings.items()):
+        out.line(f"  {name:<24}{value!r}")
     return EXIT_OK
 
 

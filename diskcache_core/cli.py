@@ -290,6 +290,8 @@ def _refuse_near_cache(args: argparse.Namespace) -> None:
             if args.command in READING_COMMANDS and args.command != "settings":
                 hint = ("pass --remote URL (and --remote-prefix PREFIX unless the cache uses"
                         " 'diskcache_core:') to read its items from Redis")
+            elif args.command == "settings" and args.value is None:
+                hint = "`stats DIR --remote URL` shows the settings of this host's copies"
             else:
                 hint = ("change its items through the cache, opened with its remote"
                         " (Cache(directory, remote=URL)); the command line reads them with"

@@ -215,6 +215,8 @@ def test_reading_commands_on_a_near_cache_say_how_and_read_redis_with_remote(nea
     assert "pass --remote URL" in refused.stderr and "Traceback" not in refused.stderr
     changing = run("delete", directory, "text")
     assert changing.returncode == 2 and "remote=URL" in changing.stderr
+    settings = run("settings", directory)
+    assert settings.returncode == 2 and "stats DIR --remote URL" in settings.stderr
     before = every_file(directory)
     stats = run("stats", directory, *_remote_args(options), "--json")
     assert stats.returncode == 0, stats.stderr
@@ -235,6 +237,29 @@ def test_reading_commands_on_a_near_cache_say_how_and_read_redis_with_remote(nea
     (redis_found,) = by_check(document, "redis")
     assert redis_found["severity"] == "ok" and "answers" in redis_found["message"]
     assert every_file(directory) == before  # not a byte, not the stamp file's either
+
+
+@needs_redis
+def test_remote_reading_spans_a_fanout_caches_shards(tmp_path, server):
+    options = {"remote": server.url, "remote_prefix": f"fan-{uuid.uuid4().hex}:"}
+    directory = tmp_path / "fan"
+    with dc.FanoutCache(directory, shards=3, **options) as fanout:
+        for number in range(12):
+            fanout.set(number, f"v{number}")
+    before = every_file(directory)
+    keys = run("keys", directory, *_remote_args(options))
+    assert keys.returncode == 0, keys.stderr
+    assert sorted(keys.stdout.splitlines(), key=int) == [str(number) for number in range(12)]
+    assert run("keys", directory, *_remote_args(options), "--limit", "5").stdout.count("\n") == 5
+    for number in (0, 5, 11):
+        got = run("get", directory, str(number), "--int", *_remote_args(options))
+        assert got.stdout == f"v{number}\n", got.stderr
+    stats = run("stats", directory, *_remote_args(options), "--json")
+    assert json.loads(stats.stdout)["count"] == 12 and json.loads(stats.stdout)["shards"] == 3
+    status, document = doctor(directory, *_remote_args(options))
+    assert status == 0, document
+    assert len(by_check(document, "integrity")) == 3
+    assert every_file(directory) == before
 
 
 @needs_redis
