@@ -422,13 +422,22 @@ def run_doctor(args: argparse.Namespace, disk_type: type[Disk], out: Output) -> 
     try:
         for number, directory in enumerate(shard_directories):
             progress.step(f"shard {number + 1} of {len(shard_directories)}")
-            shard = _open_shard(directory, disk_type, args.timeout, args.allow_type)
+            findings += check_wal(directory)
+            try:
+                shard = _open_shard(directory, disk_type, args.timeout, args.allow_type)
+            except DiskCacheError as exc:  # (a damaged first page, a database locked past
+                # --timeout): a finding; the checks that need no database still run
+                findings.append(Finding("integrity", "error",
+                                        f"{directory}: cannot open the database: {exc}",
+                                        "if it is damaged: restore a backup or remove the"
+                                        " directory; if it is locked: try again"))
+                continue
             shards.append(shard)
             findings += check_database(shard)
-            findings += check_wal(directory)
         if len(shard_directories) > 1:
             findings += check_leftovers(args.directory)
-        findings += check_space(args.directory, shards)
+        if shards:
+            findings += check_space(args.directory, shards)
         progress.step("permissions")
         findings += check_permissions(args.directory)
         progress.step("processes")

@@ -118,6 +118,23 @@ def test_a_damaged_database_is_an_integrity_error_with_status_3(tmp_path):
     assert integrity["severity"] == "error" and "quick_check" in integrity["message"]
 
 
+def test_a_database_that_cannot_be_opened_is_an_error_finding_and_the_rest_still_runs(tmp_path):
+    directory = tmp_path / "unopenable"
+    with dc.Cache(directory) as cache:
+        for number in range(3000):
+            cache.set(f"key-{number}", number)
+    database = directory / "cache.db"
+    data = bytearray(database.read_bytes())
+    page = data.find(b"size_limit", 4096) // 4096 * 4096  # the Settings table's page
+    data[page:page + 100] = os.urandom(100)
+    database.write_bytes(bytes(data))
+    status, document = doctor(directory)
+    assert status == 3
+    (integrity,) = by_check(document, "integrity")
+    assert integrity["severity"] == "error" and "cannot open the database" in integrity["message"]
+    assert by_check(document, "permissions") and not by_check(document, "space")
+
+
 def test_a_large_write_ahead_log_is_a_warning(cache_dir, monkeypatch, capsys):
     with dc.Cache(cache_dir) as cache:  # open: its -wal stays while it is
         cache.set("more", "x" * 10_000)
