@@ -33,7 +33,7 @@ from ._schema import DBNAME, SELECT_COUNTERS
 from ._store import Store
 from ._versionfile import VERSION_FILE
 
-__all__ = ["Finding", "SEVERITIES", "run_doctor"]
+__all__ = ["Finding", "Rows", "SEVERITIES", "open_rows", "run_doctor"]
 
 SEVERITIES = ("ok", "info", "warning", "error")
 # A WAL this large means checkpoints are starved (a reader that never ends, a checkpoint that
@@ -63,26 +63,28 @@ def _named(paths: list[str]) -> str:
 # --- the database: integrity, check's findings, settings ---------------------------------------
 
 
-class _Shard(NamedTuple):
+class Rows(NamedTuple):
+    """A shard's database opened read-only, as rows: its store, Disk and settings."""
+
     directory: str
     store: Store
     disk: Disk
     settings: dict[str, Any]
 
 
-def _open_shard(directory: str, disk_type: type[Disk], timeout: float,
-                allowed: list[type]) -> _Shard:
+def open_rows(directory: str, disk_type: type[Disk], timeout: float,
+                allowed: list[type]) -> Rows:
     """One shard's database opened read-only (no Cache: a near cache's rows are read as rows)."""
     code_only: dict[str, Any] = {"read_only": True}
     if allowed:
         code_only["disk_allowed_types"] = list(allowed)
     opened = open_database(directory, timeout, disk_type, {}, code_only)
     opened.pool.recreate = None
-    return _Shard(directory, Store(opened.pool, timeout, opened.disk), opened.disk,
+    return Rows(directory, Store(opened.pool, timeout, opened.disk), opened.disk,
                   opened.settings.values())
 
 
-def check_database(shard: _Shard) -> Iterator[Finding]:
+def check_database(shard: Rows) -> Iterator[Finding]:
     """SQLite's quick_check, then `check_cache`'s findings (read-only: it repairs nothing)."""
     problems = [row[0] for row in shard.store.read("PRAGMA quick_check")]
     if problems != ["ok"]:
@@ -136,7 +138,7 @@ def check_wal(directory: str) -> Iterator[Finding]:
         yield Finding("wal", "ok", f"{directory}: write-ahead log of {human_size(size)}")
 
 
-def check_space(directory: str, shards: list[_Shard]) -> Iterator[Finding]:
+def check_space(directory: str, shards: list[Rows]) -> Iterator[Finding]:
     """Free space on the directory's file system against what the size limit may still add."""
     try:
         info = os.statvfs(directory)
@@ -418,13 +420,13 @@ def run_doctor(args: argparse.Namespace, disk_type: type[Disk], out: Output) -> 
     shard_directories = find_shard_directories(args.directory)
     progress = Progress("doctor", sys.stderr)
     findings: list[Finding] = []
-    shards: list[_Shard] = []
+    shards: list[Rows] = []
     try:
         for number, directory in enumerate(shard_directories):
             progress.step(f"shard {number + 1} of {len(shard_directories)}")
             findings += check_wal(directory)
             try:
-                shard = _open_shard(directory, disk_type, args.timeout, args.allow_type)
+                shard = open_rows(directory, disk_type, args.timeout, args.allow_type)
             except DiskCacheError as exc:  # (a damaged first page, a database locked past
                 # --timeout): a finding; the checks that need no database still run
                 findings.append(Finding("integrity", "error",

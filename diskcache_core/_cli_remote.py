@@ -20,7 +20,7 @@ from ._arguments import check_tag
 from ._check import check_cache
 from ._cli_caches import Unreadable, find_shard_directories, shard_prefixes
 from ._cli_commands import EXIT_NOT_FOUND, EXIT_OK, CommandError, EXIT_USAGE, parse_typed
-from ._cli_doctor import _open_shard
+from ._cli_doctor import open_rows
 from ._cli_output import Output, Progress, human_size, plain, present_key, tagged
 from ._disk import Disk
 
@@ -38,7 +38,7 @@ def run_remote(args: argparse.Namespace, disk_type: type[Disk], out: Output) -> 
     stores = []
     try:
         for directory, prefix in zip(directories, shard_prefixes(args.remote_prefix, len(directories))):
-            shards.append(_open_shard(directory, disk_type, args.timeout, args.allow_type))
+            shards.append(open_rows(directory, disk_type, args.timeout, args.allow_type))
             stores.append(RemoteStore(args.remote, prefix.encode("utf-8"), args.timeout))
         return _COMMANDS[args.command](args, shards, stores, out)
     except ValueError as exc:  # a URL that does not parse
