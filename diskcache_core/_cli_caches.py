@@ -64,6 +64,7 @@ __all__ = [
     "rows",
     "settings_of",
     "settings_of_all",
+    "shard_prefixes",
 ]
 
 _PAGE = 1000  # rows per query when listing keys
@@ -144,6 +145,12 @@ def find_shard_directories(directory: str) -> list[str]:
         if not _is_cache_database(op.join(shard, DBNAME)):
             raise NotACacheError(f"{shard}: {DBNAME} is not a cache database")
     return shards
+
+
+def shard_prefixes(prefix: str, count: int) -> list[str]:
+    """The remote prefix of each of `count` shards, as FanoutCache makes them (one shard, a
+    Cache: the prefix itself)."""
+    return [prefix] if count == 1 else [f"{prefix}{number}/" for number in range(count)]
 
 
 def open_shards(

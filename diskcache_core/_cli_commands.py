@@ -13,7 +13,8 @@ import pickle
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import islice
 from typing import Any
 
@@ -27,7 +28,7 @@ from ._cli_caches import (
     settings_of,
     settings_of_all,
 )
-from ._cli_output import Output, human_size, plain, present_key, tagged
+from ._cli_output import Output, Progress, human_size, plain, present_key, tagged
 from ._disk import ENOVAL, JSONDisk
 from ._errors import DiskCacheError
 from ._settings import validate_setting
@@ -138,9 +139,11 @@ def cmd_stats(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
 def cmd_check(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """`Cache.check` on every shard; status 1 when problems were found and not fixed."""
     problems = []
-    for shard in shards:
-        for found in shard.check(fix=args.fix):
-            problems.append({"category": found.category.__name__, "message": str(found.message)})
+    with _progress("check --fix" if args.fix else "check") as progress:
+        for number, shard in enumerate(shards):
+            progress.step(f"shard {number + 1} of {len(shards)}")
+            for found in shard.check(fix=args.fix):
+                problems.append({"category": found.category.__name__, "message": str(found.message)})
     if out.as_json:
         out.json({"problems": problems, "fixed": bool(args.fix and problems)})
     else:
@@ -163,18 +166,46 @@ def cmd_keys(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     items: Iterable[Listed] = list_items(shards, tag, args.expired)
     if args.limit is not None:
         items = islice(items, args.limit)
-    if out.as_json:
-        out.json(
-            [
-                {"key": present_key(item.key, True), "expire_time": item.expire_time,
-                 "tag": tagged(item.tag)}
-                for item in items
-            ]
-        )
-    else:
-        for item in items:  # line by line, so ``| head`` sees keys as they are read
-            out.line(present_key(item.key, False))
+    with _progress("keys") as progress:
+        items = _counted(items, progress)
+        if out.as_json:
+            out.json(
+                [
+                    {"key": present_key(item.key, True), "expire_time": item.expire_time,
+                     "tag": tagged(item.tag)}
+                    for item in items
+                ]
+            )
+        else:
+            for item in items:  # line by line, so ``| head`` sees keys as they are read
+                out.line(present_key(item.key, False))
     return EXIT_OK
+
+
+@contextmanager
+def _progress(what: str) -> Iterator[Progress]:
+    """A `Progress` on stderr (shown on a terminal only), cleared when the work ends."""
+    progress = Progress(what, sys.stderr)
+    try:
+        yield progress
+    finally:
+        progress.done()
+
+
+def _counted(items: Iterable[Listed], progress: Progress) -> Iterator[Listed]:
+    for done, item in enumerate(items, 1):
+        progress.count(done, "keys")
+        yield item
+
+
+def _each_shard(shards: list[Cache], what: str, action: Callable[[Cache], int]) -> int:
+    """`action`'s results over the shards, summed, with a progress line per shard."""
+    total = 0
+    with _progress(what) as progress:
+        for number, shard in enumerate(shards):
+            progress.step(f"shard {number + 1} of {len(shards)}, {total} removed so far")
+            total += action(shard)
+    return total
 
 
 def cmd_get(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
@@ -274,7 +305,7 @@ def cmd_expire(args: argparse.Namespace, shards: list[Cache], out: Output) -> in
 def cmd_evict(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
     """Remove the items tagged TAG."""
     tag = parse_typed(args.tag, args.tag_type, "tag")
-    removed = sum(shard.evict(tag) for shard in shards)
+    removed = _each_shard(shards, "evict", lambda shard: shard.evict(tag))
     return _report_removed(
         out, removed, {"tag": tagged(tag)}, f"removed {{removed}} item(s) tagged {tag!r}"
     )
@@ -294,7 +325,7 @@ def cmd_clear(args: argparse.Namespace, shards: list[Cache], out: Output) -> int
         if answer not in ("y", "yes"):
             print("not cleared", file=sys.stderr)
             return EXIT_NOT_FOUND
-    removed = sum(shard.clear() for shard in shards)
+    removed = _each_shard(shards, "clear", lambda shard: shard.clear())
     return _report_removed(out, removed, {}, "removed {removed} item(s)")
 
 

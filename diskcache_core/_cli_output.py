@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import IO, Any
 
 from ._cli_caches import Unreadable
 
-__all__ = ["Output", "escape_controls", "human_size", "key_text", "plain", "present_key", "tagged"]
+__all__ = ["Output", "Progress", "escape_controls", "human_size", "key_text", "plain", "present_key", "tagged"]
 
 # Control characters (C0 but tab and newline, DEL, C1) as Python escapes: ESC starts the
 # terminal's sequences, CSI (U+009B) does on some terminals, CR overwrites the line.
@@ -100,3 +101,43 @@ class Output:
         """Write one line of text; on a terminal with its control characters escaped (a value,
         a file name found by check), a pipe or file gets the text as it is."""
         self.stream.write((escape_controls(text) if self.terminal else text) + "\n")
+
+
+class Progress:
+    """Progress of work that can take more than a second, on a terminal's stderr only: one line
+    rewritten in place, at most every `interval` seconds, cleared when the work is done. On a
+    pipe or a file it writes nothing, so output stays scriptable."""
+
+    def __init__(self, what: str, stream: IO[str], interval: float = 0.2) -> None:
+        self.what = what
+        self.stream = stream
+        self.interval = interval
+        try:
+            self.enabled = stream.isatty()
+        except (AttributeError, ValueError, OSError):
+            self.enabled = False
+        self._shown = False
+        self._last = 0.0
+
+    def step(self, status: str, force: bool = True) -> None:
+        """Show `status`; unless `force`, only when `interval` passed since the last line."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        self.stream.write(f"\r\x1b[K{self.what}: {escape_controls(status)}")
+        self.stream.flush()
+        self._shown = True
+
+    def count(self, done: int, unit: str) -> None:
+        """Rate-limited: `done` `unit` so far."""
+        self.step(f"{done} {unit}", force=False)
+
+    def done(self) -> None:
+        """Clear the progress line (if one was shown)."""
+        if self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._shown = False

@@ -50,7 +50,7 @@ from ._log import LISTENER as _LOG
 from ._log import Outage, RateLimit
 from ._remote import RemoteStore
 from ._remoteform import stamp_hash
-from ._remotewords import LEASE, RemoteWords
+from ._remotewords import LEASE, LOCK_FILE, RemoteWords
 from ._topology import Address, Topology
 
 __all__ = ["Listener", "ListenerThread", "listener_for", "release_listener", "stop_electing"]
@@ -66,7 +66,6 @@ _MAX_PAUSE = 10.0  # the longest wait before restarting a listener process that 
 # of listener CPU per write with one wake per change, 17 us with this pause (and hiredis).
 _BATCH_PAUSE = 0.001
 _CHANNEL = b"__redis__:invalidate"
-LOCK_FILE = "cache.db-remote.lock"
 # A lease lapsed this long is reported (`_LeaseWatch`): a listener kept off the CPU for a few
 # renewals (a loaded host) lets it lapse briefly, which is no outage.
 _LEASE_GRACE = 1.0

@@ -32,9 +32,11 @@ import zlib
 
 from ._errors import DatabaseError, storage_error
 
-__all__ = ["LEASE", "LEASE_AHEAD", "RemoteWords", "REMOTE_FILE"]
+__all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "RemoteWords", "REMOTE_FILE"]
 
 REMOTE_FILE = "cache.db-remote"
+# The listener election's lock (_listener.py): whoever holds its flock runs the listener.
+LOCK_FILE = "cache.db-remote.lock"
 BUCKETS = 1 << 16
 _MASK = BUCKETS - 1
 _MAGIC = 0x31524D5243434B44  # "DKCCRMR1"

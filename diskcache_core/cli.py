@@ -9,7 +9,8 @@ else can write must not run their code. ``--allow-type MODULE.CLASS`` adds a cla
 allow-list (its ``disk_allowed_types``), as code using the library would.
 
 Exit codes: 0 success; 1 not found (a missing key, nothing deleted) or ``check`` found problems
-it did not fix; 2 usage error or not a cache directory; 3 the cache raised an error.
+it did not fix, or ``doctor`` warnings; 2 usage error or not a cache directory; 3 the cache raised
+an error, or ``doctor`` found one.
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ from ._cli_commands import (
     CommandError,
     parse_setting_value,
 )
+from ._cli_doctor import run_doctor
 from ._cli_output import Output
+from ._cli_remote import run_remote
 from ._disk import Disk, JSONDisk
 from ._arguments import check_timeout
 from ._errors import DiskCacheError, Timeout, UnsafePickleError
+from ._remotewords import REMOTE_FILE
 from ._safedisk import SafeDisk
 
 __all__ = [
@@ -132,14 +136,24 @@ def _add_typed(parser: argparse.ArgumentParser, name: str, what: str) -> None:
                            help="KEY is bytes (same as --key-type bytes)")
 
 
+def _add_remote(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--remote", metavar="URL",
+                        help="the cache's remote (Redis) URL, for a directory that is a remote's"
+                        " near cache: items are read from Redis (see docs: Command-line tool)")
+    parser.add_argument("--remote-prefix", metavar="PREFIX", default="diskcache_core:",
+                        help="the remote_prefix the cache's processes use (default"
+                        " 'diskcache_core:')")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the whole tool: common options, then one subcommand."""
     parser = argparse.ArgumentParser(
         prog="diskcache-core",
         description="Inspect and maintain diskcache_core cache directories. A directory that "
         "holds no cache is reported, never created.",
-        epilog="Exit status: 0 success, 1 not found (or check found problems), "
-        "2 usage error or not a cache directory, 3 the cache reported an error.",
+        epilog="Exit status: 0 success, 1 not found (or check or doctor found problems), "
+        "2 usage error or not a cache directory, 3 the cache reported an error (or doctor "
+        "found one).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_common(parser, top=True)
@@ -151,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common(sub, top=False)
         return sub
 
-    command("stats", "show item count, size, hits and misses, eviction policy and settings")
+    stats = command("stats", "show item count, size, hits and misses, eviction policy and settings")
     check = command("check", "check that the database and the value files agree")
     check.add_argument("--fix", action="store_true",
                        help="repair what check finds (run it while no other process writes)")
@@ -176,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_typed(evict, "tag", "tag")
     clear = command("clear", "remove every item (asks first unless --yes)")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    doctor = command("doctor", "report what is wrong with the cache directory and how to fix it"
+                     " (reads only): integrity, files, permissions, space, processes, remote")
+    for reading in (stats, check, keys, get, doctor):
+        _add_remote(reading)
     settings = command(
         "settings",
         "show the settings, or change one: VALUE is read as an int, a float, true/false, "
@@ -204,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning  # a line of ours, not Python's source excerpt
+            if args.command == "doctor":
+                return run_doctor(args, DISKS[args.disk], out)
+            if getattr(args, "remote", None):
+                return run_remote(args, DISKS[args.disk], out)
             with _opened(args) as shards:
                 return COMMANDS[args.command](args, shards, out)
     except NotACacheError as exc:
@@ -257,11 +279,31 @@ def _explain_refusal(exc: UnsafePickleError) -> None:
 
 # Commands that change nothing: they open the cache read-only, so not a byte of the directory
 # changes (no migration of an older or python-diskcache database, no new file).
-READING_COMMANDS = frozenset({"stats", "check", "keys", "get", "settings"})
+READING_COMMANDS = frozenset({"stats", "check", "keys", "get", "settings", "doctor"})
+
+
+def _refuse_near_cache(args: argparse.Namespace) -> None:
+    """A remote's near cache holds copies, not items: a reading command reads it with
+    ``--remote``; a changing one is refused (its items are changed through the remote)."""
+    for directory in find_shard_directories(args.directory):
+        if op.exists(op.join(directory, REMOTE_FILE)):
+            if args.command in READING_COMMANDS and args.command != "settings":
+                hint = ("pass --remote URL (and --remote-prefix PREFIX unless the cache uses"
+                        " 'diskcache_core:') to read its items from Redis")
+            elif args.command == "settings" and args.value is None:
+                hint = "`stats DIR --remote URL` shows the settings of this host's copies"
+            else:
+                hint = ("change its items through the cache, opened with its remote"
+                        " (Cache(directory, remote=URL)); the command line reads them with"
+                        " stats, keys, get, check and doctor --remote URL")
+            raise CommandError(
+                f"{args.directory} is the near cache of a remote (Redis) cache: its rows are"
+                f" copies of Redis's items; {hint}", EXIT_USAGE)
 
 
 @contextmanager
 def _opened(args: argparse.Namespace) -> Iterator[list[Cache]]:
+    _refuse_near_cache(args)
     try:
         reading = (
             args.command in READING_COMMANDS

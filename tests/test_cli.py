@@ -104,7 +104,7 @@ def _contents(path: Path) -> dict:
 
 def test_reading_commands_write_nothing(cache_path):
     before = _contents(cache_path)
-    for command in (['stats'], ['keys'], ['settings'], ['check']):
+    for command in (['stats'], ['keys'], ['settings'], ['check'], ['doctor']):
         assert run(command[0], cache_path, *command[1:]).returncode == 0
     assert _contents(cache_path) == before
 
@@ -370,6 +370,7 @@ def test_check(cache_path):
 ALL_COMMANDS = [
     ['stats'], ['check'], ['check', '--fix'], ['keys'], ['get', 'k'], ['delete', 'k'],
     ['expire'], ['evict', 't'], ['clear', '--yes'], ['settings'], ['settings', 'size_limit', '5'],
+    ['doctor'],
 ]
 
 
@@ -625,7 +626,7 @@ def test_reading_commands_change_no_byte_and_make_no_file(tmp_path, maker):
     key = '1' if maker == 'fanout' else 'key'
     flags = ['--int'] if maker == 'fanout' else []
     for command in (['stats'], ['keys'], ['settings'], ['settings', 'size_limit'], ['check'],
-                    ['get', key, *flags]):
+                    ['get', key, *flags], ['doctor']):
         result = run(command[0], directory, *command[1:])
         assert result.returncode == 0, (command, result.stderr)
     assert _every_file(directory) == before  # no migration, no -wal/-shm, no version file
