@@ -47,7 +47,7 @@ from ._layout import (
     placement,
     proportional_shares,
 )
-from ._layout import bind_layout, placement_hash, read_layout
+from ._layout import bind_layout, check_shard_count, placement_hash, read_layout
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
@@ -166,10 +166,7 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         :param disk: Disk subclass for serialization; None: `default_disk()`
         :param settings: any of DEFAULT_SETTINGS; ``size_limit`` is the total, split evenly
         """
-        if type(shards) is not int:
-            raise TypeError(f"shards must be an int, not {type(shards).__name__}")
-        if not 1 <= shards <= MAX_SHARDS:  # checked before any directory is made
-            raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
+        check_shard_count(shards)  # before any directory is made
         disk = disk_type(disk)
         timeout = check_timeout(timeout)
         checked = validate_settings(settings)

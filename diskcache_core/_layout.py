@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from ._cache import Cache
 
 __all__ = [
-    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "bind_layout", "crc32", "hashes_text_inline",
+    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "bind_layout", "check_shard_count", "crc32",
+    "hashes_text_inline",
     "guard_shard", "placement", "placement_hash", "proportional_shares", "read_layout",
     "shard_name",
 ]  # fmt: skip
@@ -147,6 +148,15 @@ def hashes_text_inline(layout: str, disk: Disk) -> bool:
     inline to save the call (FanoutCache.get does).
     """
     return layout == _HASH_CRC and type(disk).put is Disk.put
+
+
+def check_shard_count(shards: Any) -> int:
+    """A FanoutCache's shard count: an int from 1 to `MAX_SHARDS` (TypeError, ValueError)."""
+    if type(shards) is not int:
+        raise TypeError(f"shards must be an int, not {type(shards).__name__}")
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"shards must be from 1 to {MAX_SHARDS}, got {shards}")
+    return shards
 
 
 def shard_name(number: int) -> str:

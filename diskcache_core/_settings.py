@@ -35,6 +35,8 @@ __all__ = [
     "ShardSetting",
     "check_compress_change",
     "check_compress_level",
+    "known_setting",
+    "setting_names",
     "usable_stored_settings",
     "validate_setting",
     "validate_settings",
@@ -350,6 +352,16 @@ def _storable(name: str, value: Any) -> Any:
     return value
 
 
+def setting_names() -> list[str]:
+    """The settings' names, sorted (besides them: ``sqlite_*`` pragmas, ``disk_*`` options)."""
+    return sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, *REMOTE_DEFAULTS, "read_only"})
+
+
+def known_setting(name: str) -> bool:
+    """True when `name` is a setting `validate_settings` takes (its value aside)."""
+    return name in _VALIDATORS or name.startswith(("sqlite_", "disk_"))
+
+
 def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Check every setting's name and value; return them normalised. Raises before any I/O."""
     checked = {}
@@ -365,9 +377,7 @@ def validate_settings(settings: dict[str, Any]) -> dict[str, Any]:
             # A custom Disk's option (its constructor checks it), stored unless from code only.
             checked[name] = value if name in CODE_ONLY_SETTINGS else _storable(name, value)
         else:
-            known = ", ".join(
-                sorted({*DEFAULT_SETTINGS, *MEMORY_DEFAULTS, *REMOTE_DEFAULTS, "read_only"})
-            )
+            known = ", ".join(setting_names())
             raise ValueError(f"unknown setting {name!r}; settings are: {known}, and disk_* options")
     if "disk_compress_level" in checked:  # (the compressor, when not given: any one's levels)
         check_compress_level(checked.get("disk_compress"), checked["disk_compress_level"])

@@ -152,7 +152,7 @@ def test_options_reach_the_fanout_cache(make_backend):
 def test_disk_names_the_disk_type_as_diskcache_community_does(make_backend, tmp_path):
     backend = make_backend(str(tmp_path / "a"), DISK="diskcache_core.SafeDisk")
     assert type(backend.fanout.disk) is diskcache_core.SafeDisk
-    both = make_backend(str(tmp_path / "b"), DISK=diskcache_core.JSONDisk, OPTIONS={"disk": "x.Y"})
+    both = make_backend(str(tmp_path / "b"), DISK=diskcache_core.JSONDisk, OPTIONS={"disk": "diskcache_core.Disk"})
     assert type(both.fanout.disk) is diskcache_core.JSONDisk  # DISK wins over OPTIONS['disk']
     assert backend.get("missing", store_time=True) == (None, None)
     backend.set("k", 1)
@@ -184,6 +184,7 @@ def test_defaults_are_python_diskcaches(make_backend):
         ("{dir}", {"OPTIONS": {"SHARDS": 4}}, r"OPTIONS\['SHARDS'\].*next to OPTIONS"),
         ("{dir}", {"OPTIONS": {"directory": "/elsewhere"}}, r"OPTIONS\['directory'\].*LOCATION"),
         ("{dir}/file/below", {}, "not a directory"),
+        ("{dir}/file", {}, "not a directory"),
     ],
 )
 def test_bad_configuration_is_improperly_configured(location, location_value, params, message):
@@ -191,14 +192,17 @@ def test_bad_configuration_is_improperly_configured(location, location_value, pa
     os.makedirs(location, exist_ok=True)
     with open(os.path.join(location, "file"), "w"):  # a file where a directory is named
         pass
+    backend = DjangoCache(directory, params)  # nothing checked or opened: manage.py check runs
     with pytest.raises(ImproperlyConfigured, match=message):
-        DjangoCache(directory, params)
+        backend.get("key")
+    with pytest.raises(ImproperlyConfigured, match=message):  # (each use: none is kept)
+        backend.set("key", 1)
 
 
 def test_reopening_with_other_shards_is_refused(make_backend):
     make_backend(SHARDS=4).set("k", 1)
     with pytest.raises(ImproperlyConfigured, match="shards"):
-        make_backend(SHARDS=2)
+        make_backend(SHARDS=2).get("k")
 
 
 def test_construction_is_cheap_and_shares_one_fanout_cache(make_backend):

@@ -396,15 +396,37 @@ def test_the_table_parser_reads_the_first_column(tmp_path):
     assert [name for _, name in table_modules(text)] == ['_a', 'sub.b']
 
 
+def large_by_concept() -> set[str]:
+    """The modules (``contrib/django.py``) and classes (``contrib/django.py: DjangoCache``) that
+    docs/design.rst's "Large by concept" section names, each with its single concept."""
+    text = DESIGN.read_text(encoding='utf-8')
+    section = text.split('Large by concept\n', 1)[1].split('\n\n', 2)[2]
+    named = set()
+    for item in re.findall(r'^- ``([^`]+)``(?:, class ``(\w+)``)?:', section, re.MULTILINE):
+        module, cls = item
+        named.add(f'{module}: {cls}' if cls else module)
+    return named
+
+
 def test_modules_and_classes_stay_small():
-    """One concept per module: no module over 600 lines, no class over 450 (ARCHITECTURE.md)."""
-    too_big = []
-    for path in sorted(Path(__file__).resolve().parent.parent.joinpath('diskcache_core').rglob('*.py')):
+    """One concept per module: a module over 600 lines or a class over 450 (ARCHITECTURE.md) only
+    where docs/design.rst names it, with its one concept, under "Large by concept"."""
+    allowed = large_by_concept()
+    package = Path(__file__).resolve().parent.parent.joinpath('diskcache_core')
+    too_big, large = [], set()
+    for path in sorted(package.rglob('*.py')):
+        name = path.relative_to(package).as_posix()
         source = path.read_text(encoding='utf-8')
         lines = source.count('\n') + 1
         if lines > 600:
-            too_big.append(f'{path.name}: {lines} lines')
+            large.add(name)
+            if name not in allowed:
+                too_big.append(f'{name}: {lines} lines')
         for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 450:
-                too_big.append(f'{path.name}: class {node.name}, {node.end_lineno - node.lineno + 1} lines')
+            size = node.end_lineno - node.lineno + 1 if isinstance(node, ast.ClassDef) else 0
+            if size > 450:
+                large.add(f'{name}: {node.name}')
+                if f'{name}: {node.name}' not in allowed:
+                    too_big.append(f'{name}: class {node.name}, {size} lines')
     assert not too_big, too_big
+    assert allowed <= large, f'named as large in design.rst but not large: {allowed - large}'

@@ -796,7 +796,7 @@ def test_django_backend_with_a_remote(tmp_path, options):
     from django.core.exceptions import ImproperlyConfigured
 
     with pytest.raises(ImproperlyConfigured, match="MAX_ENTRIES"):
-        DjangoCache(str(tmp_path / "dc"), {"OPTIONS": {**options, "MAX_ENTRIES": 10}})
+        DjangoCache(str(tmp_path / "dc"), {"OPTIONS": {**options, "MAX_ENTRIES": 10}}).get("k")
 
 
 def test_flask_backend_with_a_remote(tmp_path, options):

@@ -20,7 +20,9 @@ Decisions, and why:
   per async context), so construction must be cheap: the FanoutCache (which opens databases)
   lives in a module-level table keyed by (LOCATION, SHARDS, DATABASE_TIMEOUT, OPTIONS), and
   every backend object with that configuration shares it. A backend object costs what
-  ``BaseCache.__init__`` costs plus a dictionary lookup.
+  ``BaseCache.__init__`` costs; its first use, reading the entry and a dictionary lookup.
+- Nothing is opened before first use, as Django's FileBasedCache does: ``manage.py check``
+  builds every cache, and reports what is wrong with ours (`DiskCacheCoreConfig`).
 - ``close()`` keeps connections. Django calls it after every request; the connection pool
   already gives each thread its own connection and closes those of finished threads, so
   closing and reopening SQLite databases per request would only cost time.
@@ -38,18 +40,20 @@ Decisions, and why:
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, ContextManager
 
+from django.apps import AppConfig
+from django.core import checks
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     MEMCACHE_MAX_KEY_LENGTH,
     BaseCache,
     InvalidCacheKey,
 )
-from django.core.exceptions import ImproperlyConfigured
 
 from .. import ENOVAL, Cache, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
@@ -57,9 +61,10 @@ from .._async import run_sync
 from .._memo import MemoizeDecorator
 from .._memo import memoize as _memoize
 from .._shards import ItemTooLargeError
-from ._django_options import EntryLimit, location, shared_fanout
+from ._django_checks import check_caches
+from ._django_options import CacheEntry, checked_entry, shared_fanout
 
-__all__ = ["DjangoCache"]
+__all__ = ["DiskCacheCoreConfig", "DjangoCache"]
 
 _EXPIRED = -1.0  # expire argument for Django timeouts of 0 or less: stored already expired
 
@@ -102,17 +107,24 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     """
 
     def __init__(self, directory: str, params: dict[str, Any]) -> None:
-        """Called by Django with LOCATION and the rest of the CACHES entry; see the module doc."""
+        """Called by Django with LOCATION and the rest of the CACHES entry; see the module doc.
+
+        Nothing is checked or opened here but on first use, as Django's FileBasedCache does:
+        Django builds every cache while it runs its system checks, and those report what is
+        wrong with the entry (see `DiskCacheCoreConfig`) instead of dying with a traceback.
+        """
         super().__init__(params)
-        options = dict(params.get("OPTIONS") or {})
-        self._limit = EntryLimit(options)
-        self._remote = options.get("remote") is not None
-        if self._remote and self._limit.max_entries is not None:
-            raise ImproperlyConfigured(
-                "OPTIONS['MAX_ENTRIES'] cannot be kept with OPTIONS['remote']: Redis holds the"
-                " items of every host (bound it with Redis's maxmemory policy instead)"
-            )
-        self._fanout = shared_fanout(location(directory), params, options, self._remote)
+        self._location = directory
+        self._params = params
+
+    @functools.cached_property
+    def _entry(self) -> CacheEntry:
+        """The CACHES entry, checked (ImproperlyConfigured names its first error)."""
+        return checked_entry(self._location, self._params)
+
+    @functools.cached_property
+    def _fanout(self) -> FanoutCache:
+        return shared_fanout(self._entry)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -162,7 +174,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def _batch(self, shard: Cache, retry: bool) -> ContextManager[Any]:
         """One transaction for a shard's part of a bulk write; with a remote (where a transaction
         cannot span hosts) each write stands alone."""
-        if self._remote:
+        if self._entry.remote:
             return contextlib.nullcontext()
         return shard.transact(retry=retry)
 
@@ -189,10 +201,10 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """Store `value` only if `key` is missing or expired; True when stored. Atomic. Room
         (MAX_ENTRIES) is made for a missing key only: a cull could remove the key itself."""
         key = self.make_and_validate_key(key, version=version)
-        if self._limit.max_entries is not None:
+        if self._entry.limit.max_entries is not None:
             if key in self._fanout:
                 return False
-            self._limit.make_room(self._fanout)
+            self._entry.limit.make_room(self._fanout)
         try:
             return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
         except ItemTooLargeError:
@@ -227,7 +239,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         or the value is too large for it (not cached, no older value kept; no error: Django's
         backends do not fail a request, ``cache_page``, for a large value)."""
         key = self.make_and_validate_key(key, version=version)
-        self._limit.make_room(self._fanout)
+        self._entry.limit.make_room(self._fanout)
         try:
             return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
         except ItemTooLargeError:
@@ -308,7 +320,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         DATABASE_TIMEOUT stores none of its items, and their keys are returned. With
         MAX_ENTRIES, each item is set in turn, making room as Django's own backends do.
         """
-        if self._limit.max_entries is not None:  # room for each item, as Django's backends
+        if self._entry.limit.max_entries is not None:  # room for each item, as Django's backends
             return [key for key, value in data.items()  # make it: one set at a time
                     if not self.set(key, value, timeout, version, retry=retry)]
         expire = self._expire(timeout)
@@ -541,3 +553,23 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                    expire_time: bool = False, tag: bool = False, retry: bool = True) -> Any:
         """Awaitable `pop`."""
         return await run_sync(self.pop, key, default, version, expire_time, tag, retry)
+
+
+class DiskCacheCoreConfig(AppConfig):
+    """The app that adds DjangoCache's system checks to ``manage.py check`` (ids
+    ``diskcache_core.E001``...): ``"diskcache_core.contrib.django.DiskCacheCoreConfig"`` in
+    INSTALLED_APPS. No models. (Django imports a cache backend's module when the cache is
+    first used, after the checks to run are chosen: only an app can register them in time.)"""
+
+    name = "diskcache_core.contrib.django"
+    label = "diskcache_core"
+    verbose_name = "diskcache_core"
+
+    def ready(self) -> None:
+        checks.register(_check_caches, checks.Tags.caches)
+
+
+def _check_caches(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Django's check function: every CACHES alias whose BACKEND is DjangoCache (by any of
+    its paths) or a subclass (see ``_django_checks``)."""
+    return check_caches(DjangoCache)

@@ -19,7 +19,8 @@ DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 USE_TZ = True
 
-INSTALLED_APPS = ["django.contrib.sessions"]
+# DiskCacheCoreConfig: DjangoCache's system checks in ``manage.py check``.
+INSTALLED_APPS = ["django.contrib.sessions", "diskcache_core.contrib.django.DiskCacheCoreConfig"]
 ROOT_URLCONF = "tests.django_project.urls"
 
 MIDDLEWARE = [
