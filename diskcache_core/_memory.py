@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 
 from ._disk import UNSTORABLE, as_read_back
 from ._errors import note_interrupt
-from ._versionfile import BUCKETS, HEADER_WORDS
+from ._versionfile import BUCKETS, HEADER_WORDS, writable
 
 __all__ = ["ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index",
            "publish"]  # fmt: skip
@@ -123,7 +123,7 @@ def _stored_key_index(db_key: Any) -> int:
     return _HEADER_WORDS if index is None else index
 
 
-def change_recorder(state: Any, words: memoryview) -> Callable[[Any], None]:
+def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
     """The SQL function the version triggers call with a changed row's key.
 
     Runs inside the writing statement, under the write lock: stores a fresh nonce in the bucket's
@@ -136,6 +136,7 @@ def change_recorder(state: Any, words: memoryview) -> Callable[[Any], None]:
 
     def item_changed(db_key: Any) -> None:
         try:
+            words = writable(source.words)  # the pool's now (LOST_WORDS raise: see _mapwatch.py)
             if type(db_key) is str:  # the common case, inline: this runs inside every write
                 try:
                     index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from typing import Any, Callable, NoReturn
 
 from . import _schema as sql
@@ -57,12 +58,21 @@ class RemoteTier:
         self._words = RemoteWords(directory, self._remote.prefix)
         self._stamps = self._words.words
         self._lease = self._words.lease
+        self._words.on_remap.append(_remapper(self))
         self._memory: MemoryTier | None = None
         self._refresh = bool(options["remote_refresh"])
         self._closed = False
         self._listener: ListenerThread | None = listener_for(
             directory, self._remote, self._words, self._max_staleness, self._refresh
         )
+
+    def _remapped(self) -> None:
+        """The stamp file was lost and is mapped anew (or private words stand in for it): use
+        its views; the memory tier forgets every copy (their stamps are of the lost file)."""
+        self._stamps = self._words.words
+        self._lease = self._words.lease
+        if self._memory is not None:
+            self._memory.rebind(self._stamps)
 
     def configure_memory(self, size_limit: int, item_limit: int) -> MemoryTier | None:
         """This cache's memory tier, validated by the stamp words (see the module docstring)."""
@@ -459,3 +469,15 @@ class RemoteTier:
         if listener is not None and listener.pid == os.getpid():
             release_listener(listener)
         self._remote.close()
+
+
+def _remapper(tier: RemoteTier) -> Callable[[], None]:
+    """`tier._remapped`, held weakly by the stamp file (no cycle: a dropped cache is freed)."""
+    method = weakref.WeakMethod(tier._remapped)
+
+    def remapped() -> None:
+        live = method()
+        if live is not None:
+            live()
+
+    return remapped
