@@ -180,6 +180,9 @@ class ConnectionPool:
         self.cell = WordsCell()
         self.words_identity: tuple[int, int] | None = None
         self.mapped: mmap.mmap | None = None  # their mapping (None: none, or LOST_WORDS)
+        # Held to find them lost and to map them anew: one thread decides at a time (a check
+        # made before another thread's recovery must not undo it).
+        self._versions_lock = threading.RLock()
         self.rebinds: list[Callable[[memoryview], None]] = []
         # Makes the directory and database anew, removed while open (None: stays an error);
         # checks the directory before each connection (None: any directory).
@@ -319,11 +322,10 @@ class ConnectionPool:
         follow the removal (`Store._recheck`): its mapping, of a removed file, stays whole."""
         if not op.exists(self.path):
             return
-        if self.words is not LOST_WORDS:
-            if self._intact():
+        with self._versions_lock:
+            if self.words is not LOST_WORDS and self._intact():
                 return
-            self.lose_versions()
-        self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round tries again)
+            self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
 
     def versions_shrunk(self) -> bool:
         """Whether the mapped version file is shorter than its words (one ``fstat``, before
@@ -347,8 +349,8 @@ class ConnectionPool:
         """Before a write, the version file was found shrunk or replaced: stop using it (a
         store past a shrunk file's end kills the process); outside a transaction map the
         directory's anew, inside one raise (its earlier changes were bumped in the lost file)."""
-        self.lose_versions()
-        if in_transaction:
+        if in_transaction:  # (not waiting for `_versions_lock`: its holder may be waiting for
+            self.lose_versions()  # the write lock this transaction holds)
             raise versions_lost_error(f"a transaction on {self.path!r}")
         self.ensure_versions()
 
@@ -359,11 +361,12 @@ class ConnectionPool:
         lost file cannot be missed. `wait`: for the write lock (None: the cache's timeout).
         Raises DatabaseError (or a storage error) when that cannot be done now; the words stay
         `LOST_WORDS` then."""
-        if self._intact() and self.words is not LOST_WORDS:
-            return
-        if self.words is not LOST_WORDS:
-            self.lose_versions()
-        self._rebind(*remap_versions(self.path, self.timeout if wait is None else wait))
+        with self._versions_lock:
+            if self._intact() and self.words is not LOST_WORDS:
+                return  # (another thread mapped it anew meanwhile)
+            if self.words is not LOST_WORDS:
+                self.lose_versions()
+            self._rebind(*remap_versions(self.path, self.timeout if wait is None else wait))
 
     def _rebind(self, words: memoryview, identity: tuple[int, int] | None) -> None:
         """Use `words` from now on: this pool's connections (their triggers read `cell`), the
@@ -489,6 +492,7 @@ class ConnectionPool:
         _INHERITED.extend(self._states)
         self._states.clear()
         self._lock = threading.Lock()
+        self._versions_lock = threading.RLock()
         # Only the forking thread lives on in the child; `local` stays the same object (caches
         # hold it for speed), so clearing that thread's entries is enough.
         self._forget_thread_state()
