@@ -42,7 +42,7 @@ from ._schema import (
 from ._mapwatch import watch
 from ._readonly import FetchedRows, ReadOnlyReader
 from ._versionfile import (
-    FILE_SIZE, LOST_WORDS, remap_versions, versions_intact, versions_lost_error,
+    FILE_SIZE, LOST_WORDS, remap_versions, versions_intact, versions_lost_error, write_locked,
 )
 from ._workers import close_if_idle
 
@@ -154,10 +154,31 @@ class WordsCell:
     apart from the pool: the connections' SQL functions refer to it, and a reference to the
     pool would make a cycle through its connections (a dropped cache would not be freed)."""
 
-    __slots__ = ("words",)
+    __slots__ = ("words", "remap")
 
     def __init__(self) -> None:
         self.words: memoryview | None = None
+        # The pool's `_remap_in_statement`, held weakly.
+        self.remap: Callable[[], memoryview | None] = lambda: None
+
+    def writable(self, state: ThreadState) -> memoryview:
+        """(A version trigger, inside its statement) The words to bump. Where their file was
+        found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
+        write lock — and the buckets the open transaction bumped in the lost file are bumped
+        again in it, so that no reader keeps what the transaction has not committed yet."""
+        words = self.words
+        if words is not LOST_WORDS:
+            assert words is not None  # (a connection that may write has words)
+            return words
+        words = self.remap()
+        if words is None:
+            raise versions_lost_error("this transaction")
+        versions = state.versions
+        for index in versions:
+            nonce = int.from_bytes(os.urandom(8), "little") | 1
+            words[index] = nonce
+            versions[index] = nonce
+        return words
 
 
 class ConnectionPool:
@@ -178,6 +199,7 @@ class ConnectionPool:
         # The memory tier's version words (see _versionfile; `words`); None while none is open.
         # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
         self.cell = WordsCell()
+        self.cell.remap = _weak_method(self._remap_in_statement)
         self.words_identity: tuple[int, int] | None = None
         self.mapped: mmap.mmap | None = None  # their mapping (None: none, or LOST_WORDS)
         # Held to find them lost and to map them anew: one thread decides at a time (a check
@@ -323,9 +345,11 @@ class ConnectionPool:
         if not op.exists(self.path):
             return
         with self._versions_lock:
-            if self.words is not LOST_WORDS and self._intact():
-                return
-            self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
+            if self.words is not LOST_WORDS:
+                if self._intact():
+                    return
+                self.lose_versions()
+        self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
 
     def versions_shrunk(self) -> bool:
         """Whether the mapped version file is shorter than its words (one ``fstat``, before
@@ -347,26 +371,45 @@ class ConnectionPool:
 
     def recover_versions(self, in_transaction: bool) -> None:
         """Before a write, the version file was found shrunk or replaced: stop using it (a
-        store past a shrunk file's end kills the process); outside a transaction map the
-        directory's anew, inside one raise (its earlier changes were bumped in the lost file)."""
-        if in_transaction:  # (not waiting for `_versions_lock`: its holder may be waiting for
-            self.lose_versions()  # the write lock this transaction holds)
-            raise versions_lost_error(f"a transaction on {self.path!r}")
-        self.ensure_versions()
-
-    def ensure_versions(self, wait: float | None = None) -> None:
-        """Map the directory's version file anew after it was lost, and renew every bucket's
-        version under the database's write lock (`renew_versions`): no entry made so far by
-        any process is answered again, and writes another process made meanwhile through the
-        lost file cannot be missed. `wait`: for the write lock (None: the cache's timeout).
-        Raises DatabaseError (or a storage error) when that cannot be done now; the words stay
-        `LOST_WORDS` then."""
+        store past a shrunk file's end kills the process) and map the directory's anew — at
+        once inside a transaction, which holds the write lock (see `WordsCell.writable`)."""
         with self._versions_lock:
-            if self._intact() and self.words is not LOST_WORDS:
-                return  # (another thread mapped it anew meanwhile)
             if self.words is not LOST_WORDS:
                 self.lose_versions()
-            self._rebind(*remap_versions(self.path, self.timeout if wait is None else wait))
+        if not in_transaction:
+            self.ensure_versions()
+
+    def ensure_versions(self, wait: float | None = None) -> None:
+        """Map the directory's version file anew after it was lost, every word renewed under
+        the database's write lock (`_versionfile.remap_versions`). `wait`: for the lock (None:
+        the cache's timeout). Raises DatabaseError (or a storage error) when that cannot be
+        done now; the words stay `LOST_WORDS` then."""
+        if self.words is not LOST_WORDS and self._intact():
+            return
+        # The write lock first, then `_versions_lock`: the order of a writing statement's
+        # trigger that maps the file anew (`_remap_in_statement`).
+        with write_locked(self.path, self.timeout if wait is None else wait):
+            self._remap()
+
+    def _remap(self) -> memoryview:
+        """With the write lock held by this thread: the version words, mapped anew if they are
+        lost or their file is. Raises as `ensure_versions` (the words stay `LOST_WORDS`)."""
+        with self._versions_lock:
+            words = self.words
+            if words is not None and words is not LOST_WORDS and self._intact():
+                return words  # (another thread mapped it anew meanwhile)
+            if words is not LOST_WORDS:
+                self.lose_versions()
+            words, identity = remap_versions(self.path)
+            self._rebind(words, identity)
+            return words
+
+    def _remap_in_statement(self) -> memoryview | None:
+        """`_remap` for a writing statement's trigger (`WordsCell.writable`); None: it failed."""
+        try:
+            return self._remap()
+        except (OSError, DatabaseError):
+            return None
 
     def _rebind(self, words: memoryview, identity: tuple[int, int] | None) -> None:
         """Use `words` from now on: this pool's connections (their triggers read `cell`), the
@@ -564,3 +607,14 @@ def _take_read_locks(db_fd: int, shm_fd: int) -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def _weak_method(method: Callable[[], Any]) -> Callable[[], Any]:
+    """`method`, held weakly (None once its object is gone)."""
+    reference = weakref.WeakMethod(method)
+
+    def call() -> Any:
+        live = reference()
+        return None if live is None else live()
+
+    return call

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 
 from ._disk import UNSTORABLE, as_read_back
 from ._errors import note_interrupt
-from ._versionfile import BUCKETS, HEADER_WORDS, writable
+from ._versionfile import BUCKETS, HEADER_WORDS
 
 __all__ = ["ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index",
            "publish"]  # fmt: skip
@@ -136,7 +136,7 @@ def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
 
     def item_changed(db_key: Any) -> None:
         try:
-            words = writable(source.words)  # the pool's now (LOST_WORDS raise: see _mapwatch.py)
+            words = source.writable(state)  # the pool's now (mapped anew if its file was lost)
             if type(db_key) is str:  # the common case, inline: this runs inside every write
                 try:
                     index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)

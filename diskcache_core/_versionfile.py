@@ -16,6 +16,7 @@ users switch to `LOST_WORDS` at once, then to the directory's file, its words re
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -25,6 +26,7 @@ import stat
 import struct
 import threading
 import weakref
+from collections.abc import Iterator
 
 from ._errors import DatabaseError, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, ownership_of
@@ -33,7 +35,7 @@ from ._schema import database_uri
 __all__ = [
     "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "open_versions",
     "remap_versions", "renew_versions", "versions_identity", "versions_intact",
-    "versions_lost_error", "writable",
+    "versions_lost_error", "write_locked",
 ]  # fmt: skip
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
@@ -157,20 +159,11 @@ def versions_lost_error(during: str) -> DatabaseError:
     )
 
 
-def writable(words: memoryview) -> memoryview:
-    """`words`, for a statement to bump; `versions_lost_error` if they are `LOST_WORDS`."""
-    if words is LOST_WORDS:
-        raise versions_lost_error("this transaction")
-    return words
-
-
-def remap_versions(database: str, wait: float) -> tuple[memoryview, tuple[int, int]]:
-    """`open_versions` of the directory of `database` (a cache database, never created here)
-    after its version file was lost, its words renewed under the database's write lock
-    (`renew_versions`: no entry made by any process before is answered again, and no write
-    another process made meanwhile through the lost file can be missed). `wait`: seconds for
-    the lock. DatabaseError (or a storage error) when that cannot be done now."""
-    directory = op.dirname(database)
+@contextlib.contextmanager
+def write_locked(database: str, wait: float) -> Iterator[None]:
+    """Hold the write lock of `database` (a cache database, never created here) on a
+    connection of its own, `wait` seconds at most for it; DatabaseError when it cannot be had
+    (the version file in its directory was lost, and cannot be mapped anew now)."""
     try:
         con = sqlite3.connect(
             database_uri(database, "mode=rw"), timeout=wait, isolation_level=None, uri=True
@@ -178,17 +171,25 @@ def remap_versions(database: str, wait: float) -> tuple[memoryview, tuple[int, i
     except sqlite3.Error as exc:
         raise translate_sqlite_error(exc, database) from exc
     try:
-        con.execute("BEGIN IMMEDIATE")
-        words, identity = open_versions(directory, ownership_of(database))
-        renew_versions(words)
-        con.execute("ROLLBACK")
-    except sqlite3.Error as exc:
-        raise DatabaseError(
-            f"the memory tier's version file in {directory!r} was truncated or replaced while"
-            f" in use and could not be mapped anew: {translate_sqlite_error(exc, database)}"
-        ) from exc
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise DatabaseError(
+                f"the memory tier's version file of {database!r} was truncated or replaced"
+                f" while in use and could not be mapped anew: {translate_sqlite_error(exc, database)}"
+            ) from exc
+        yield
     finally:
-        con.close()
+        con.close()  # (rolls back: nothing was written)
+
+
+def remap_versions(database: str) -> tuple[memoryview, tuple[int, int]]:
+    """`open_versions` of the directory of `database` after its version file was lost, every
+    word renewed (`renew_versions`). Only under the database's write lock (`write_locked`, or
+    a writing statement's): no entry made by any process before is answered again, and no
+    write another process made meanwhile through the lost file can be missed."""
+    words, identity = open_versions(op.dirname(database), ownership_of(database))
+    renew_versions(words)
     return words, identity
 
 
