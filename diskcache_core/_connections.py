@@ -342,13 +342,13 @@ class ConnectionPool:
 
         A pool whose database is gone (its directory removed) is left to the writes, which
         follow the removal (`Store._recheck`): its mapping, of a removed file, stays whole."""
-        if not op.exists(self.path):
-            return
         with self._versions_lock:
             if self.words is not LOST_WORDS:
-                if self._intact():
+                if self._intact() or not op.exists(self.path):
                     return
                 self.lose_versions()
+            elif not op.exists(self.path):
+                return
         self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
 
     def versions_shrunk(self) -> bool:
