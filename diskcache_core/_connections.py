@@ -42,7 +42,7 @@ from ._schema import (
 from ._mapwatch import watch
 from ._readonly import FetchedRows, ReadOnlyReader
 from ._versionfile import (
-    FILE_SIZE, LOST_WORDS, remap_versions, versions_intact, versions_lost_error, write_locked,
+    FILE_SIZE, LOST_WORDS, WordsCell, remap_versions, versions_intact, weak_method, write_locked,
 )
 from ._workers import close_if_idle
 
@@ -57,8 +57,7 @@ RECHECK_INTERVAL = 0.1
 # miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
 OPEN_WAIT = 60.0
 
-__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState",
-           "WordsCell"]  # fmt: skip
+__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -149,38 +148,6 @@ class ThreadState:
         return item_inserted
 
 
-class WordsCell:
-    """The version words a pool's connections bump (read by their triggers at each write), held
-    apart from the pool: the connections' SQL functions refer to it, and a reference to the
-    pool would make a cycle through its connections (a dropped cache would not be freed)."""
-
-    __slots__ = ("words", "remap")
-
-    def __init__(self) -> None:
-        self.words: memoryview | None = None
-        # The pool's `_remap_in_statement`, held weakly.
-        self.remap: Callable[[], memoryview | None] = lambda: None
-
-    def writable(self, state: ThreadState) -> memoryview:
-        """(A version trigger, inside its statement) The words to bump. Where their file was
-        found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
-        write lock — and the buckets the open transaction bumped in the lost file are bumped
-        again in it, so that no reader keeps what the transaction has not committed yet."""
-        words = self.words
-        if words is not LOST_WORDS:
-            assert words is not None  # (a connection that may write has words)
-            return words
-        words = self.remap()
-        if words is None:
-            raise versions_lost_error("this transaction")
-        versions = state.versions
-        for index in versions:
-            nonce = int.from_bytes(os.urandom(8), "little") | 1
-            words[index] = nonce
-            versions[index] = nonce
-        return words
-
-
 class ConnectionPool:
     """Opens, hands out and closes the per-thread connections of one cache database."""
 
@@ -199,7 +166,7 @@ class ConnectionPool:
         # The memory tier's version words (see _versionfile; `words`); None while none is open.
         # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
         self.cell = WordsCell()
-        self.cell.remap = _weak_method(self._remap_in_statement)
+        self.cell.remap = weak_method(self._remap_in_statement)
         self.words_identity: tuple[int, int] | None = None
         self.mapped: mmap.mmap | None = None  # their mapping (None: none, or LOST_WORDS)
         # Held to find them lost and to map them anew: one thread decides at a time (a check
@@ -608,13 +575,3 @@ def _take_read_locks(db_fd: int, shm_fd: int) -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
-
-def _weak_method(method: Callable[[], Any]) -> Callable[[], Any]:
-    """`method`, held weakly (None once its object is gone)."""
-    reference = weakref.WeakMethod(method)
-
-    def call() -> Any:
-        live = reference()
-        return None if live is None else live()
-
-    return call

@@ -26,16 +26,17 @@ import stat
 import struct
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ._errors import DatabaseError, storage_error, translate_sqlite_error
 from ._ownership import PRIVATE, Ownership, ownership_of
 from ._schema import database_uri
 
 __all__ = [
-    "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "open_versions",
-    "remap_versions", "renew_versions", "versions_identity", "versions_intact",
-    "versions_lost_error", "write_locked",
+    "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "WordsCell",
+    "open_versions", "remap_versions", "renew_versions", "versions_identity", "versions_intact",
+    "versions_lost_error", "weak_method", "write_locked",
 ]  # fmt: skip
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
@@ -206,6 +207,50 @@ def renew_versions(words: memoryview) -> None:
         index = HEADER_WORDS + 2 * offset
         words[index] = version
         words[index + 1] = version
+
+
+class WordsCell:
+    """The version words a pool's connections bump (read by their triggers at each write), held
+    apart from the pool: the connections' SQL functions refer to it, and a reference to the
+    pool would make a cycle through its connections (a dropped cache would not be freed)."""
+
+    __slots__ = ("words", "remap")
+
+    def __init__(self) -> None:
+        self.words: memoryview | None = None
+        # Maps the directory's file anew, under the write lock this thread holds (None: that
+        # failed): the pool's `_remap_in_statement`, held weakly (`weak_method`).
+        self.remap: Callable[[], memoryview | None] = lambda: None
+
+    def writable(self, state: Any) -> memoryview:
+        """(A version trigger, inside its statement) The words to bump. Where their file was
+        found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
+        write lock — and the buckets the open transaction bumped in the lost file are bumped
+        again in it, so that no reader keeps what the transaction has not committed yet."""
+        words = self.words
+        if words is not LOST_WORDS:
+            assert words is not None  # (a connection that may write has words)
+            return words
+        words = self.remap()
+        if words is None:
+            raise versions_lost_error("this transaction")
+        versions = state.versions
+        for index in versions:
+            nonce = int.from_bytes(os.urandom(8), "little") | 1
+            words[index] = nonce
+            versions[index] = nonce
+        return words
+
+
+def weak_method(method: Callable[[], Any]) -> Callable[[], Any]:
+    """`method`, held weakly (None once its object is gone)."""
+    reference = weakref.WeakMethod(method)
+
+    def call() -> Any:
+        live = reference()
+        return None if live is None else live()
+
+    return call
 
 
 # Version words per file (device, inode), shared by the Caches of this process so that each file
