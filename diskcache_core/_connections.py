@@ -11,6 +11,7 @@ database in the child, the child takes the file locks that state claims (`_hold_
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import os.path as op
 import sqlite3
@@ -19,16 +20,16 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import _workers
 from ._checkpointer import BACKSTOP_PAGES
-from ._dbfile import in_wal_mode, open_if_exists, refuse_special_file
+from ._dbfile import open_if_exists, refuse_special_file
+from ._log import lost_file
 from ._errors import (
     DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
 )
 from ._memory import change_recorder
-from ._ownership import ownership_of
 from ._schema import (
     NEW_VALUE_FUNCTION,
     RELEASE_FUNCTION,
@@ -39,7 +40,11 @@ from ._schema import (
     database_uri,
     set_pragma,
 )
-from ._versionfile import open_versions, versions_identity
+from ._mapwatch import watch
+from ._readonly import FetchedRows, ReadOnlyReader
+from ._versionfile import (
+    FILE_SIZE, LOST_WORDS, VERSION_FILE, WordsCell, remap_versions, versions_intact, weak_method, write_locked,
+)
 from ._workers import close_if_idle
 
 NO_VALUE = object()  # ThreadState.new_value before a statement sets it
@@ -52,7 +57,6 @@ RECHECK_INTERVAL = 0.1
 # process's WAL recovery, or the checkpoint its last connection makes at close): never a false
 # miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
 OPEN_WAIT = 60.0
-_UNINDEXED_READ_TRIES = 10  # an immutable read whose file changed meanwhile is read again
 
 __all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
 
@@ -160,10 +164,15 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # opening: the database cannot be read through a WAL index
-        # The memory tier's version words (see _versionfile); None while none is open. Their
-        # file's identity, and who is told when they are mapped anew (`_check_versions`).
-        self.words: memoryview | None = None
+        # The memory tier's version words (see _versionfile; `words`); None while none is open.
+        # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
+        self.cell = WordsCell()
+        self.cell.remap = weak_method(self._remap_in_statement)
         self.words_identity: tuple[int, int] | None = None
+        self.mapped: mmap.mmap | None = None  # their mapping (None: none, or LOST_WORDS)
+        # Held to find them lost and to map them anew: one thread decides at a time (a check
+        # made before another thread's recovery must not undo it).
+        self._versions_lock = threading.RLock()
         self.rebinds: list[Callable[[memoryview], None]] = []
         # Makes the directory and database anew, removed while open (None: stays an error);
         # checks the directory before each connection (None: any directory).
@@ -236,7 +245,7 @@ class ConnectionPool:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
             state.words = self.words
-            item_changed = change_recorder(state, self.words)
+            item_changed = change_recorder(state, self.cell)
             con.create_function(VERSION_FUNCTION, 1, item_changed)
             con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
             for statement in VERSION_TRIGGERS:
@@ -263,17 +272,127 @@ class ConnectionPool:
             return None
         return (info.st_dev, info.st_ino)
 
+    @property
+    def words(self) -> memoryview | None:
+        """The version words (`LOST_WORDS` while their file is lost and not yet mapped anew)."""
+        return self.cell.words
+
+    @words.setter
+    def words(self, words: memoryview | None) -> None:
+        if words is not None and self.cell.words is None:
+            watch(self)  # (a pool whose words are dropped again is checked in vain: harmless)
+        self.cell.words = words
+        self.mapped = words.obj if words is not None and isinstance(words.obj, mmap.mmap) else None
+
     def _check_versions(self) -> None:
         """Before a new connection's triggers are bound to the version words: if the cache
         directory was removed and made anew since they were mapped (this object closed, or a new
         thread), the connection has opened the new database, whose writers bump the new version
-        file; map that, and tell the store and the memory tier (`rebinds`)."""
-        directory = op.dirname(self.path)
-        if versions_identity(directory) == self.words_identity:
+        file; if the version file alone was shrunk or replaced, the directory's is the one
+        other processes bump from now on. Map that, and tell the store and the memory tier
+        (`ensure_versions`)."""
+        if self.words is LOST_WORDS or not self._intact():
+            self.ensure_versions()
+
+    # --- a lost version file (see _mapwatch.py) -------------------------------------------------
+
+    def _intact(self) -> bool:
+        words, identity = self.words, self.words_identity
+        return (
+            words is None or identity is None or words is LOST_WORDS
+            or versions_intact(words, identity, op.dirname(self.path))
+        )
+
+    def check_mapping(self) -> None:
+        """(_mapwatch's thread, every WATCH_INTERVAL) Whether the version file is whole and still
+        the directory's; if not, stop using it at once, and map it anew if that can be done
+        now (else the next round or write tries again; a write raises where it cannot).
+
+        A pool whose database is gone (its directory removed) is left to the writes, which
+        follow the removal (`Store._recheck`): its mapping, of a removed file, stays whole."""
+        with self._versions_lock:
+            if self.words is not LOST_WORDS:
+                if self._intact() or not op.exists(self.path):
+                    return
+                self.lose_versions()
+            elif not op.exists(self.path):
+                return
+        self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
+
+    def versions_shrunk(self) -> bool:
+        """Whether the mapped version file is shorter than its words (one ``fstat``, before
+        each write: a store past the file's end would kill the process with SIGBUS)."""
+        mapped = self.mapped
+        return mapped is not None and mapped.size() < FILE_SIZE
+
+    def versions_lost(self) -> bool:
+        """Whether the version file was lost and not yet mapped anew (a write must not run)."""
+        return self.words is LOST_WORDS or not self._intact()
+
+    def lose_versions(self) -> None:
+        """Switch every user of the version words to `LOST_WORDS`: nothing is answered from
+        memory, filled, or stored through the lost mapping from now on."""
+        self._rebind(LOST_WORDS, self.words_identity)
+        lost_file(op.join(op.dirname(self.path), VERSION_FILE), "the memory tier answers nothing")
+        with self._lock:
+            for state in self._states:
+                state.recheck_at = 0.0  # its next write recovers first (Store._recheck)
+
+    def recover_versions(self, in_transaction: bool) -> None:
+        """Before a write, the version file was found shrunk or replaced: stop using it (a
+        store past a shrunk file's end kills the process) and map the directory's anew — at
+        once inside a transaction, which holds the write lock (see `WordsCell.writable`)."""
+        with self._versions_lock:
+            if self.words is not LOST_WORDS:
+                self.lose_versions()
+        if not in_transaction:
+            self.ensure_versions()
+
+    def ensure_versions(self, wait: float | None = None) -> None:
+        """Map the directory's version file anew after it was lost, every word renewed under
+        the database's write lock (`_versionfile.remap_versions`). `wait`: for the lock (None:
+        the cache's timeout). Raises DatabaseError (or a storage error) when that cannot be
+        done now; the words stay `LOST_WORDS` then."""
+        if self.words is not LOST_WORDS and self._intact():
             return
-        self.words, self.words_identity = open_versions(directory, ownership_of(self.path))
+        # The write lock first, then `_versions_lock`: the order of a writing statement's
+        # trigger that maps the file anew (`_remap_in_statement`).
+        with write_locked(self.path, self.timeout if wait is None else wait):
+            self._remap()
+
+    def _remap(self) -> memoryview:
+        """With the write lock held by this thread: the version words, mapped anew if they are
+        lost or their file is. Raises as `ensure_versions` (the words stay `LOST_WORDS`)."""
+        with self._versions_lock:
+            words = self.words
+            if words is not None and words is not LOST_WORDS and self._intact():
+                return words  # (another thread mapped it anew meanwhile)
+            if words is not LOST_WORDS:
+                self.lose_versions()
+            words, identity = remap_versions(self.path)
+            self._rebind(words, identity)
+            return words
+
+    def _remap_in_statement(self) -> memoryview | None:
+        """`_remap` for a writing statement's trigger (`WordsCell.writable`); None: it failed."""
+        try:
+            return self._remap()
+        except (OSError, DatabaseError):
+            return None
+
+    def _rebind(self, words: memoryview, identity: tuple[int, int] | None) -> None:
+        """Use `words` from now on: this pool's connections (their triggers read `cell`), the
+        fill checks of those connected to the cache's database now (one connected to a removed
+        one must fill nothing: `MemoryTier.begin_fill`), and everyone in `rebinds` (the store;
+        the memory tier forgets all)."""
+        self.words, self.words_identity = words, identity
+        database = None if words is LOST_WORDS else self._database_file()
+        with self._lock:
+            for state in self._states:
+                if words is LOST_WORDS or state.identity == database:
+                    state.words = words
         for rebind in self.rebinds:
-            rebind(self.words)
+            rebind(words)
 
     def configure(self, con: sqlite3.Connection) -> None:
         """Apply the per-connection settings to `con`."""
@@ -385,140 +504,10 @@ class ConnectionPool:
         _INHERITED.extend(self._states)
         self._states.clear()
         self._lock = threading.Lock()
+        self._versions_lock = threading.RLock()
         # Only the forking thread lives on in the child; `local` stays the same object (caches
         # hold it for speed), so clearing that thread's entries is enough.
         self._forget_thread_state()
-
-
-class ReadOnlyReader:
-    """Reads, for one thread, a database this process may not write (another user's cache, a
-    read-only mount of a cache that is written elsewhere), never from a frozen snapshot.
-
-    SQLite lets such a reader use the writers' WAL index (``-shm``) read-only; but when the last
-    writer closes, the index is removed, and a later writer makes a new one that a connection
-    opened before never sees. So each statement first checks that the index file is still the
-    one its connection opened (one ``stat``), and reconnects when it is not. With no index at all
-    (no writer has the database open), the file is the whole truth: it is read as immutable, on a
-    connection of its own, and read again if the file changed meanwhile.
-    """
-
-    __slots__ = ("_pool", "_shm", "_con", "_opened_with", "_pin", "_bounced")
-
-    def __init__(self, pool: ConnectionPool) -> None:
-        self._pool = pool
-        self._shm = pool.path + "-shm"
-        self._con: sqlite3.Connection | None = None
-        self._opened_with: tuple[int, int] | None = None  # the index file `_con` was opened with
-        # A descriptor of that file, held so that its inode number cannot name a new file.
-        self._pin = -1
-        self._bounced = False  # reading with the index, after reading without it failed
-
-    def execute(self, statement: str, params: Any = ()) -> Any:
-        con = self._con
-        if con is not None and _identity(self._shm) == self._opened_with:
-            return con.execute(statement, params)
-        self.close()
-        pin = open_if_exists(self._shm)
-        if pin != -1:
-            try:
-                con, cursor = self._run_on_new_connection(statement, params)
-            except BaseException as exc:
-                os.close(pin)
-                if not (isinstance(exc, sqlite3.OperationalError) and _cannot_open_wal_index(exc)):
-                    raise
-            else:
-                info = os.fstat(pin)
-                self._con, self._opened_with, self._pin = con, (info.st_dev, info.st_ino), pin
-                return cursor
-        if not in_wal_mode(self._pool.path):
-            # A rollback journal: SQLite's file locks keep reads whole; no index to follow.
-            self._con, cursor = self._run_on_new_connection(statement, params)
-            self._opened_with = None
-            return cursor
-        return self._read_unindexed(statement, params)
-
-    def _run_on_new_connection(self, statement: str, params: Any) -> tuple[sqlite3.Connection, Any]:
-        """A new configured connection and the cursor of `statement` run on it (the connection
-        is closed again if that fails)."""
-        con = self._pool.connect()
-        try:
-            self._pool.configure(con)
-            return con, con.execute(statement, params)
-        except BaseException:
-            con.close()
-            raise
-
-    def _read_unindexed(self, statement: str, params: Any) -> FetchedRows:
-        path = self._pool.path
-        for _ in range(_UNINDEXED_READ_TRIES):
-            before = _identity(path, with_time=True)
-            con = sqlite3.connect(database_uri(path, "mode=ro&immutable=1"), uri=True,
-                                  isolation_level=None, check_same_thread=False)
-            try:
-                rows = con.execute(statement, params).fetchall()
-            finally:
-                con.close()
-            if before == _identity(path, with_time=True) and _identity(self._shm) is None:
-                return FetchedRows(rows)
-            if _identity(self._shm) is not None:  # a writer started meanwhile: use its index
-                if self._bounced:  # it was there, and could not be used, just now
-                    raise DatabaseError(
-                        f"{path!r} cannot be read here: its WAL index is there, but neither it"
-                        " nor the WAL can be opened (a -wal planted as a link, or unreadable?)"
-                    )
-                self._bounced = True
-                try:
-                    return FetchedRows(self.execute(statement, params).fetchall())
-                finally:
-                    self._bounced = False
-        raise sqlite3.OperationalError("the database kept changing during a read-only read")
-
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-        if self._pin != -1:
-            os.close(self._pin)
-            self._pin = -1
-
-
-class FetchedRows:
-    """The rows of a statement already run, with the cursor methods that readers use."""
-
-    __slots__ = ("_rows", "rowcount")
-
-    def __init__(self, rows: list[Any], rowcount: int = -1) -> None:
-        self._rows = rows
-        self.rowcount = rowcount  # rows a write changed (-1: a read), as a cursor's
-
-    def fetchone(self) -> Any:
-        return self._rows[0] if self._rows else None
-
-    def fetchall(self) -> list[Any]:
-        return self._rows
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._rows)
-
-
-def _cannot_open_wal_index(exc: sqlite3.Error) -> bool:
-    """Whether a read-only connection failed for want of a WAL index it could open or make
-    (SQLITE_CANTOPEN, or SQLITE_READONLY_DIRECTORY/_CANTINIT and the like)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:  # Python 3.10
-        return "unable to open" in str(exc) or "readonly" in str(exc)
-    return (code & 0xFF) in (8, 14)  # SQLITE_READONLY, SQLITE_CANTOPEN
-
-
-def _identity(path: str, with_time: bool = False) -> Any:
-    """Which file `path` names now (None: none); `with_time` adds its size and change time."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    if with_time:
-        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-    return (info.st_dev, info.st_ino)
 
 
 def _close_states(states: list[ThreadState]) -> None:
@@ -587,3 +576,4 @@ def _take_read_locks(db_fd: int, shm_fd: int) -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+

@@ -1,7 +1,7 @@
 """The library's loggers, and the rate limits that keep a repeated event to a few lines.
 
 diskcache_core logs through the standard `logging` module: the logger ``diskcache_core`` and
-one child per part (`REMOTE`, `LISTENER`, `DISK`, `CHECK`). The parent has a `NullHandler`, as
+one child per part (`REMOTE`, `LISTENER`, `DISK`, `CHECK`, `MEMORY`). The parent has a `NullHandler`, as
 libraries do: nothing is printed unless the application configures logging. Nothing is logged
 per operation: an outage is one WARNING when it begins and one INFO when it ends (with how long
 it lasted), and an event that repeats is reported at most once per `INTERVAL`, the rest counted
@@ -15,7 +15,10 @@ import os
 import threading
 import time
 
-__all__ = ["CHECK", "DISK", "INTERVAL", "LISTENER", "REMOTE", "Outage", "RateLimit", "outage_for"]
+__all__ = [
+    "CHECK", "DISK", "INTERVAL", "LISTENER", "MEMORY", "REMOTE", "Outage", "RateLimit", "lost_file",
+    "outage_for",
+]
 
 ROOT = logging.getLogger("diskcache_core")
 ROOT.addHandler(logging.NullHandler())  # once: this module is imported once per process
@@ -23,6 +26,7 @@ REMOTE = logging.getLogger("diskcache_core.remote")  # the application's side of
 LISTENER = logging.getLogger("diskcache_core.listener")  # election, lease, listener process
 DISK = logging.getLogger("diskcache_core.disk")  # value files
 CHECK = logging.getLogger("diskcache_core.check")  # Cache.check's findings
+MEMORY = logging.getLogger("diskcache_core.memory")  # the coherence files (version, stamp file)
 INTERVAL = 60.0  # seconds: at most one line per event kind (or per outage's start) in this time
 
 
@@ -103,6 +107,21 @@ class Outage:
             reported = self._reported
         if reported:
             self._log.info("%s %s after %.1f s", self._what, self._up, now - began)
+
+
+_lost_files = RateLimit()
+
+
+def lost_file(path: str, serving: str) -> None:
+    """A mapped coherence file (`path`) found shrunk or replaced while open: one WARNING (rate
+    limited) saying what is not served meanwhile (`serving`)."""
+    skipped = _lost_files.allow()
+    if skipped is not None:
+        more = f" ({skipped} more such events since the last report)" if skipped else ""
+        MEMORY.warning(
+            "%s was shrunk or replaced while open: %s until it is mapped anew%s",
+            path, serving, more,
+        )
 
 
 _outages: dict[tuple[str, str], Outage] = {}

@@ -123,7 +123,7 @@ def _stored_key_index(db_key: Any) -> int:
     return _HEADER_WORDS if index is None else index
 
 
-def change_recorder(state: Any, words: memoryview) -> Callable[[Any], None]:
+def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
     """The SQL function the version triggers call with a changed row's key.
 
     Runs inside the writing statement, under the write lock: stores a fresh nonce in the bucket's
@@ -136,6 +136,7 @@ def change_recorder(state: Any, words: memoryview) -> Callable[[Any], None]:
 
     def item_changed(db_key: Any) -> None:
         try:
+            words = source.writable(state)  # the pool's now (mapped anew if its file was lost)
             if type(db_key) is str:  # the common case, inline: this runs inside every write
                 try:
                     index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)

@@ -32,6 +32,7 @@ from ._remoteform import decode_item, decode_key, encode_item, encode_key, stamp
 from ._remotewords import LEASE_AHEAD, RemoteWords
 from ._settings import REMOTE_DEFAULTS
 from ._store import MIN_WRITE_CHARGE, Store
+from ._versionfile import weak_method
 
 __all__ = ["RemoteTier"]
 
@@ -59,14 +60,22 @@ class RemoteTier:
             float(options["remote_timeout"]),
         )
         self._words = RemoteWords(directory, self._remote.prefix)
-        self._stamps = self._words.words
-        self._lease = self._words.lease
         self._memory: MemoryTier | None = None
+        self._remapped()  # (the stamp words' views)
+        self._words.on_remap.append(weak_method(self._remapped))  # (weak: no cycle)
         self._refresh = bool(options["remote_refresh"])
         self._closed = False
         self._listener: ListenerThread | None = listener_for(
             directory, self._remote, self._words, self._max_staleness, self._refresh
         )
+
+    def _remapped(self) -> None:
+        """The stamp file was lost and is mapped anew (or private words stand in for it): use
+        its views; the memory tier forgets every copy (their stamps are of the lost file)."""
+        self._stamps = self._words.words
+        self._lease = self._words.lease
+        if self._memory is not None:
+            self._memory.rebind(self._stamps)
 
     def configure_memory(self, size_limit: int, item_limit: int) -> MemoryTier | None:
         """This cache's memory tier, validated by the stamp words (see the module docstring)."""

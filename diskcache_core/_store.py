@@ -168,6 +168,8 @@ class Store:
             state: ThreadState = self.local.state  # inline: the hot path
         except AttributeError:
             state = self._state_for(retry, new_file)
+        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _mapwatch.py)
+            self._recover_versions(state, new_file)
         if state.depth:
             self._check_joinable(state, new_file)
             mark = len(state.released)
@@ -193,12 +195,25 @@ class Store:
     def _recheck(self, state: ThreadState, retry: bool, new_file: str | None) -> ThreadState:
         """Outside a transaction, every RECHECK_INTERVAL: this thread's connection, or a new one
         where the cache's directory was removed since it opened (the pool makes it anew, or
-        opens what another process made; the memory tier forgets what it held)."""
-        if state.con.in_transaction or not self.pool.moved(state):
-            state.recheck_at = _monotonic() + RECHECK_INTERVAL
-            return state
-        self.pool.close_current()  # the new connection checks again from its own opening
-        return self._state_for(retry, new_file)
+        opens what another process made; the memory tier forgets what it held). A version file
+        found lost is mapped anew first (`_recover_versions`)."""
+        if not state.con.in_transaction:
+            if self.pool.moved(state):
+                self.pool.close_current()  # the new connection checks again from its own opening
+                return self._state_for(retry, new_file)
+            if self.pool.versions_lost():
+                self._recover_versions(state, new_file)
+        state.recheck_at = _monotonic() + RECHECK_INTERVAL
+        return state
+
+    def _recover_versions(self, state: ThreadState, new_file: str | None) -> None:
+        """`ConnectionPool.recover_versions` before a statement; `new_file` goes if it raises."""
+        try:
+            self.pool.recover_versions(bool(state.depth or state.con.in_transaction))
+        except BaseException:
+            if new_file is not None:
+                self.remove_file(new_file)
+            raise
 
     def follow_removed_directory(self) -> bool:
         """Where the cache directory is gone (removed while open) and this thread is in no
@@ -399,7 +414,7 @@ class Store:
                 self.remove_file(new_file)
             raise ReadOnlyError(_READ_ONLY.format(self.path))
         state = self._state_for(retry, new_file)
-        if not state.depth and _monotonic() >= state.recheck_at:
+        if not state.depth and (_monotonic() >= state.recheck_at or self.pool.versions_shrunk()):
             state = self._recheck(state, retry, new_file)
         if state.depth:
             self._check_joinable(state, new_file)

@@ -5,23 +5,39 @@ words (``pre`` and ``post``; what they mean is the protocol in _memory.py); head
 belong to the lock handoff (_handoff.py). It is mapped shared
 and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
 a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
+
+The file can also be shrunk or replaced by hand while mapped (``truncate``, ``cp`` or an
+``os.replace`` onto a live directory): a load from a page beyond the shrunk file's end kills the
+process (SIGBUS), and a replaced file no longer carries the other processes' writes. Each pool
+checks its file (`versions_intact`, from the _mapwatch thread and before writes); a lost file's
+users switch to `LOST_WORDS` at once, then to the directory's file, its words renewed
+(`renew_versions`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import os.path as op
+import sqlite3
 import stat
 import struct
 import threading
 import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from ._errors import DatabaseError, storage_error
-from ._ownership import PRIVATE, Ownership
+from ._errors import DatabaseError, storage_error, translate_sqlite_error
+from ._ownership import PRIVATE, Ownership, ownership_of
+from ._schema import database_uri
 
-__all__ = ["BUCKETS", "FILE_SIZE", "HEADER_WORDS", "VERSION_FILE", "open_versions", "versions_identity"]
+__all__ = [
+    "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "WordsCell",
+    "open_versions", "remap_versions", "renew_versions", "versions_identity", "versions_intact",
+    "versions_lost_error", "weak_method", "write_locked",
+]  # fmt: skip
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
@@ -30,6 +46,21 @@ HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words 
 # then reserved (zero). Only the first two identify the layout: the others change while in use.
 _IDENTITY = struct.pack("<8sQ", _MAGIC, BUCKETS)
 FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)
+
+
+def _lost_words() -> memoryview:
+    """Version words in this process's own memory, for a mapping whose file was lost: every
+    bucket's ``pre`` (2: even, never a nonce, nor the 0 of a new file) differs from its ``post``
+    (0), so no entry is answered and none is filled; nothing stored here can fault."""
+    words = memoryview(bytearray(FILE_SIZE)).cast("Q")
+    for index in range(HEADER_WORDS, HEADER_WORDS + 2 * BUCKETS, 2):
+        words[index] = 2
+    return words
+
+
+# What the users of a lost version file read and write until it is mapped anew. Writers never
+# store into it (`change_recorder` refuses a write while it is in use): no bucket turns clean.
+LOST_WORDS = _lost_words()
 
 
 def open_versions(
@@ -101,6 +132,125 @@ def versions_identity(directory: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (info.st_dev, info.st_ino)
+
+
+def versions_intact(words: memoryview, identity: tuple[int, int], directory: str) -> bool:
+    """Whether the file `words` maps (`identity`) still has its full size (one ``fstat`` of
+    the mapping's descriptor), and is still `directory`'s version file (one ``stat``).
+
+    False: it was shrunk (a load from the pages past its end would kill the process), or
+    replaced (other processes bump another file). Either way its words no longer tell what
+    changed: they must not be used, nor the entries validated by them.
+    """
+    mapping = words.obj
+    try:
+        if not isinstance(mapping, mmap.mmap) or mapping.size() < FILE_SIZE:
+            return False
+    except (OSError, ValueError):  # (ValueError: closed)
+        return False
+    return versions_identity(directory) == identity
+
+
+def versions_lost_error(during: str) -> DatabaseError:
+    """The error of a write whose changes could not be told to the other processes: the version
+    file was truncated or replaced `during` it (and its earlier changes bumped the lost file)."""
+    return DatabaseError(
+        f"the memory tier's version file was truncated or replaced during {during}: its"
+        " changes could not be told to the other processes of the cache (nothing was stored)"
+    )
+
+
+@contextlib.contextmanager
+def write_locked(database: str, wait: float) -> Iterator[None]:
+    """Hold the write lock of `database` (a cache database, never created here) on a
+    connection of its own, `wait` seconds at most for it; DatabaseError when it cannot be had
+    (the version file in its directory was lost, and cannot be mapped anew now)."""
+    try:
+        con = sqlite3.connect(
+            database_uri(database, "mode=rw"), timeout=wait, isolation_level=None, uri=True
+        )
+    except sqlite3.Error as exc:
+        raise translate_sqlite_error(exc, database) from exc
+    try:
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise DatabaseError(
+                f"the memory tier's version file of {database!r} was truncated or replaced"
+                f" while in use and could not be mapped anew: {translate_sqlite_error(exc, database)}"
+            ) from exc
+        yield
+    finally:
+        con.close()  # (rolls back: nothing was written)
+
+
+def remap_versions(database: str) -> tuple[memoryview, tuple[int, int]]:
+    """`open_versions` of the directory of `database` after its version file was lost, every
+    word renewed (`renew_versions`). Only under the database's write lock (`write_locked`, or
+    a writing statement's): no entry made by any process before is answered again, and no
+    write another process made meanwhile through the lost file can be missed."""
+    words, identity = open_versions(op.dirname(database), ownership_of(database))
+    renew_versions(words)
+    return words, identity
+
+
+def renew_versions(words: memoryview) -> None:
+    """A fresh, clean version in every bucket (``pre = post``, never used before): no entry
+    made so far is answered again, and buckets may be filled at once.
+
+    Only under the database's write lock: no writer is then between the ``pre`` store of its
+    statement and its commit, whose change a fill tagged with the fresh version could miss.
+    """
+    fresh = memoryview(os.urandom(8 * BUCKETS)).cast("Q")
+    for offset in range(BUCKETS):
+        version = fresh[offset] | 1
+        index = HEADER_WORDS + 2 * offset
+        words[index] = version
+        words[index + 1] = version
+
+
+class WordsCell:
+    """The version words a pool's connections bump (read by their triggers at each write), held
+    apart from the pool: the connections' SQL functions refer to it, and a reference to the
+    pool would make a cycle through its connections (a dropped cache would not be freed)."""
+
+    __slots__ = ("words", "remap")
+
+    def __init__(self) -> None:
+        self.words: memoryview | None = None
+        # Maps the directory's file anew, under the write lock this thread holds (None: that
+        # failed): the pool's `_remap_in_statement`, held weakly (`weak_method`).
+        self.remap: Callable[[], memoryview | None] = lambda: None
+
+    def writable(self, state: Any) -> memoryview:
+        """(A version trigger, inside its statement) The words to bump. Where their file was
+        found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
+        write lock — and the buckets the open transaction bumped in the lost file are bumped
+        again in it, so that no reader keeps what the transaction has not committed yet."""
+        words = self.words
+        if words is not LOST_WORDS:
+            assert words is not None  # (a connection that may write has words)
+            return words
+        words = self.remap()
+        if words is None:
+            raise versions_lost_error("this transaction")
+        versions = state.versions
+        for index in versions:
+            nonce = int.from_bytes(os.urandom(8), "little") | 1
+            words[index] = nonce
+            versions[index] = nonce
+        return words
+
+
+def weak_method(method: Callable[[], Any]) -> Callable[[], Any]:
+    """`method`, held weakly (None once its object is gone)."""
+    reference = weakref.WeakMethod(method)
+
+    def call() -> Any:
+        live = reference()
+        return None if live is None else live()
+
+    return call
 
 
 # Version words per file (device, inode), shared by the Caches of this process so that each file
