@@ -1,44 +1,14 @@
-"""diskcache-community 5.8 and diskcache_core on one cache directory, both ways (a move to us,
-a move back): each reads everything the other wrote, and neither's counters go wrong."""
+"""diskcache-community 5.8 and diskcache_core on one cache directory at once (a move to us or
+back, both ways, is tests/test_peer_sharing.py's, run with each peer library)."""
 
 import subprocess
 import sys
 
 import pytest
-from test_peer_sharing import _expected, _value_bytes, _write
 
 import diskcache_core as dc
 
 community = pytest.importorskip("diskcache_community")
-
-
-@pytest.mark.parametrize("first", ["peer", "ours"])
-def test_both_libraries_share_a_directory_back_and_forth(tmp_path, first):
-    directory = str(tmp_path / "cache")
-    order = ["peer", "ours", "peer", "ours"] if first == "peer" else ["ours", "peer", "ours", "peer"]
-    expected = {}
-    for step, who in enumerate(order):
-        if who == "peer":
-            cache = community.Cache(directory)
-        else:
-            cache = dc.Cache(directory, memory_size_limit=0)
-        with cache:
-            for key, value in expected.items():
-                assert cache.get(key) == value, (who, step, key)
-            _write(cache, f"{who}{step}-")
-            expected.update(_expected(f"{who}{step}-"))
-            cache.delete(f"{who}{step}-'text'")
-            del expected[f"{who}{step}-'text'"]
-    with dc.Cache(directory) as ours:
-        assert len(ours) == len(expected)
-        assert ours.check() == []
-        assert ours.reset("size") == _value_bytes(directory)
-        assert {key: ours[key] for key in expected} == expected
-    with community.Cache(directory) as peer:
-        assert peer.check() == []
-        assert peer.reset("size") == _value_bytes(directory)
-        assert {key: peer[key] for key in expected} == expected
-        assert len(peer) == len(expected)
 
 
 _PEER_PROCESS = """

@@ -38,14 +38,17 @@ def _value_bytes(directory):
     return total
 
 
+@pytest.mark.parametrize("library", ["diskcache", "diskcache_community"])
 @pytest.mark.parametrize("first", ["peer", "ours"])
-def test_both_libraries_share_a_directory_back_and_forth(tmp_path, first):
+def test_both_libraries_share_a_directory_back_and_forth(tmp_path, first, library):
+    # python-diskcache 5.6.3, and diskcache-community 5.8 (its fork, same format).
+    peer_library = pytest.importorskip(library)
     directory = str(tmp_path / "cache")
     order = ["peer", "ours", "peer", "ours"] if first == "peer" else ["ours", "peer", "ours", "peer"]
     expected = {}
     for step, who in enumerate(order):
         if who == "peer":
-            cache = diskcache.Cache(directory)
+            cache = peer_library.Cache(directory)
         else:
             cache = dc.Cache(directory, memory_size_limit=0)
         with cache:
@@ -61,7 +64,7 @@ def test_both_libraries_share_a_directory_back_and_forth(tmp_path, first):
         assert ours.check() == []  # the stored byte total is exact: nothing counted twice
         assert ours.reset("size") == _value_bytes(directory)
         assert {key: ours[key] for key in expected} == expected
-    with diskcache.Cache(directory) as peer:
+    with peer_library.Cache(directory) as peer:
         assert peer.check() == []
         assert peer.reset("size") == _value_bytes(directory)
         assert {key: peer[key] for key in expected} == expected
