@@ -208,7 +208,12 @@ def test_a_replaced_version_file_is_followed(tmp_path, child_of):
     assert child.close() == 0
 
 
-def test_a_version_file_that_cannot_be_mapped_again_fails_writes_clearly(tmp_path, caplog):
+def test_a_version_file_that_cannot_be_mapped_again_fails_writes_clearly(
+    tmp_path, caplog, monkeypatch
+):
+    from diskcache_core import _log
+
+    monkeypatch.setattr(_log, "_lost_files", _log.RateLimit())  # (not limited by earlier tests)
     caplog.set_level("WARNING", logger="diskcache_core.memory")
     directory = str(tmp_path / "c")
     cache = dc.Cache(directory)
