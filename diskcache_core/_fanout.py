@@ -187,7 +187,9 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         bind_layout(directory, layout, self._shards)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
-        self._named = SubCollections(directory, disk, self._code_only.get("remote") is not None)
+        self._named = SubCollections(
+            directory, disk, self._code_only.get("remote") is not None, self.read_only
+        )
         self._timeouts = 0
         self._timeouts_lock = threading.Lock()
 
