@@ -48,6 +48,7 @@ from ._layout import (
     proportional_shares,
 )
 from ._layout import bind_layout, check_shard_count, placement_hash, read_layout
+from ._reprs import opened_as
 from ._memo import MemoizeDecorator
 from ._memo import memoize as _memoize
 from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
@@ -577,4 +578,5 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         self.__init__(directory, shards, timeout, disk, **options)  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._directory!r}, shards={self._count})"
+        opened = opened_as(self._shards[0].remote, self.read_only)
+        return f"{type(self).__name__}({self._directory!r}, shards={self._count}{opened})"
