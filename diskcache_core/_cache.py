@@ -25,6 +25,7 @@ from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
 from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePickleError
+from ._getforms import typed_get
 from ._incr import check_delta, increment
 from ._iteration import KeyIteration
 from ._memo import MemoizeDecorator
@@ -110,6 +111,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
 
     # --- reads ----------------------------------------------------------------------------------
 
+    @typed_get
     def get(
         self,
         key: Any,
@@ -417,7 +419,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
         return count == 1
 
-    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Add `delta` to the number stored at `key`, atomically; return the new value.
 
         A missing key starts from `default` (KeyError when `default` is None). Works like
@@ -444,7 +448,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             evictor.note_use(*stored_as, time.time())
         return result
 
-    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
         check_delta("decr", delta, default)
         return self.incr(key, -delta, default, retry)

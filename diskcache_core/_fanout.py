@@ -37,6 +37,7 @@ from ._directories import open_cache_directory
 from ._defaultdisk import disk_type
 from ._disk import ENOVAL, Disk
 from ._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
+from ._getforms import typed_get
 from ._layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -266,6 +267,7 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
 
     # --- data methods ------------------------------------------------------------------------
 
+    @typed_get
     def get(
         self,
         key: Any,
@@ -357,11 +359,15 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """Set a new expiry for `key`; False when missing or its shard was busy."""
         return self._on_shard(False, "touch", key, expire, retry)
 
-    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Add `delta` to the number at `key` atomically; the new value, or None when busy."""
         return self._on_shard(None, "incr", key, delta, default, retry)
 
-    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Subtract `delta` from the number at `key` atomically; the new value, or None when busy."""
         return self._on_shard(None, "decr", key, delta, default, retry)
 

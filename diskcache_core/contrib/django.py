@@ -269,9 +269,9 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def incr(
         self,
         key: str,
-        delta: Any = 1,
+        delta: float = 1,
         version: int | None = None,
-        default: Any = None,
+        default: float | None = None,
         retry: bool = True,
     ) -> Any:
         """Add `delta` to the number at `key`, atomically; return the new value.
@@ -288,9 +288,9 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def decr(
         self,
         key: str,
-        delta: Any = 1,
+        delta: float = 1,
         version: int | None = None,
-        default: Any = None,
+        default: float | None = None,
         retry: bool = True,
     ) -> Any:
         """Subtract `delta` from the number at `key`, atomically; see `incr`."""
@@ -513,12 +513,12 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """Awaitable `has_key`."""
         return await run_sync(self.has_key, key, version)
 
-    async def aincr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+    async def aincr(self, key: str, delta: float = 1, version: int | None = None, default: float | None = None,
                     retry: bool = True) -> Any:
         """Awaitable `incr`."""
         return await run_sync(self.incr, key, delta, version, default, retry)
 
-    async def adecr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+    async def adecr(self, key: str, delta: float = 1, version: int | None = None, default: float | None = None,
                     retry: bool = True) -> Any:
         """Awaitable `decr`."""
         return await run_sync(self.decr, key, delta, version, default, retry)
