@@ -15,7 +15,7 @@ import logging
 import sqlite3
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import _schema as sql
 from ._arguments import (
@@ -28,7 +28,7 @@ from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePick
 from ._getforms import typed_get
 from ._incr import check_delta, increment
 from ._iteration import KeyIteration
-from ._memo import MemoizeDecorator
+from ._memo import typed_memoize
 from ._memo import memoize as _memoize
 from ._log import DISK as _LOG
 from ._memory import ABSENT
@@ -97,14 +97,17 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
     them: every item operation goes through the remote tier (:doc:`remote`).
     """
 
+    @typed_memoize
     def memoize(
-        self, name: str | None = None, typed: bool = False, expire: float | None = None,
-        tag: Any = None, ignore: Any = (), *, key: Any = None, should_cache: Any = None,
-    ) -> MemoizeDecorator:
+        self, name: str | Callable[..., Any] | None = None, typed: bool = False,
+        expire: float | None = None, tag: Any = None, ignore: Any = (), *, key: Any = None,
+        should_cache: Any = None,
+    ) -> Any:
         """Decorator: remember the function's results in this cache, keyed by its arguments.
 
-        Works on functions, methods and ``async def`` functions; ``expire=0`` looks results up
-        but never stores them. One implementation for every cache type:
+        Works on functions, methods and ``async def`` functions, with or without parentheses
+        (``@cache.memoize``: the default options); ``expire=0`` looks results up but never
+        stores them. One implementation for every cache type:
         all options are described in :doc:`memoize`.
         """
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)

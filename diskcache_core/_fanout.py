@@ -50,7 +50,7 @@ from ._layout import (
 )
 from ._layout import bind_layout, check_shard_count, placement_hash, read_layout
 from ._reprs import opened_as
-from ._memo import MemoizeDecorator
+from ._memo import typed_memoize
 from ._memo import memoize as _memoize
 from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from ._persistent import Deque, Index
@@ -391,9 +391,10 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """Remove `key` (retrying while its shard is busy); KeyError if missing."""
         del self._place(key)[key]
 
+    @typed_memoize
     def memoize(
         self,
-        name: str | None = None,
+        name: str | Callable[..., Any] | None = None,
         typed: bool = False,
         expire: float | None = None,
         tag: Any = None,
@@ -401,7 +402,7 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         *,
         key: Any = None,
         should_cache: Any = None,
-    ) -> MemoizeDecorator:
+    ) -> Any:
         """Decorator: remember the function's results in this cache (see ``Cache.memoize``)."""
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 

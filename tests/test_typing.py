@@ -52,15 +52,22 @@ def mistakes(cache: Cache, fanout: FanoutCache) -> None:
     stored: int = fanout.get("k", tag=True, store_time=True)[2]  # E: assignment
     cache.incr("n", delta="x")  # E: arg-type
     fanout.incr("n", default="zero")  # E: arg-type
+
+    @cache.memoize
+    def square(number: int) -> int:
+        return number * number
+
+    square("3")  # E: arg-type
+    text: str = square(3)  # E: assignment
 '''
 
 GET_CORRECT = '''
 from typing import Any, assert_type
 
-from diskcache_core import Cache, FanoutCache
+from diskcache_core import Cache, FanoutCache, Index
 
 
-def forms(cache: Cache, fanout: FanoutCache, asked: bool) -> None:
+def forms(cache: Cache, fanout: FanoutCache, index: Index[str, int], asked: bool) -> None:
     number: int = cache.get("k")  # the value alone: Any, as the cache holds any value
     assert_type(cache.get("k", default=0, read=False, retry=True), Any)
     assert_type(cache.get("k", expire_time=True), tuple[Any, float | None])
@@ -73,10 +80,29 @@ def forms(cache: Cache, fanout: FanoutCache, asked: bool) -> None:
     )
     assert_type(fanout.get("k", None, False, asked), Any)  # a flag not known: Any
     total = cache.incr("n", 2) + cache.decr("f", 0.5, default=None) + fanout.incr("n")
+
+    @cache.memoize  # bare, and with parentheses: the function's own signature either way
+    def square(number: int) -> int:
+        return number * number
+
+    @fanout.memoize(expire=60)
+    async def fetch(url: str) -> bytes:
+        return url.encode()
+
+    @index.memoize
+    def halve(number: float) -> float:
+        return number / 2
+
+    assert_type(square(3), int)
+    async def use() -> None:
+        assert_type(await fetch("u"), bytes)
+
+    assert_type(halve(1), float)
+    key: str = square.__cache_key__(3)
 '''
 
 
-def test_get_tuple_forms_and_incr_delta_are_typed(tmp_path):
+def test_get_tuple_forms_incr_delta_and_bare_memoize_are_typed(tmp_path):
     from test_async_typing import expected_errors, mypy_errors
 
     files = {"user_get_mistakes.py": GET_MISTAKES, "user_get_correct.py": GET_CORRECT}
