@@ -361,6 +361,7 @@ _WRITES: list[tuple[str, tuple[str, ...], Any]] = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore::diskcache_core.ReadOnlyCacheWarning")
 @pytest.mark.parametrize("opened", ["read_only=True", "read-only mount"])
 @pytest.mark.parametrize(
     "kind,name,call",
