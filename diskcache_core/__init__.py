@@ -4,8 +4,8 @@ One SQLite database indexes every item; small values live inline, large ones in 
 beside it. Safe across threads and processes, with no server to run.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from ._cache import Cache
 from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
@@ -38,7 +38,7 @@ from ._recipes import BoundedSemaphore, Lock, RLock, barrier
 from ._schema import EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .contrib.django import DjangoCache
 
 __version__ = "0.1.0"
@@ -92,7 +92,7 @@ __all__ = [
 _PEER_MODULES = frozenset({"core", "djangocache", "fanout", "persistent", "recipes"})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """``DjangoCache``, imported on first use (python-diskcache's README imports it from the
     package): Django is imported only by code that uses it. Likewise python-diskcache's module
     names (`_PEER_MODULES`)."""
@@ -101,5 +101,12 @@ def __getattr__(name: str) -> Any:
 
         return DjangoCache
     if name in _PEER_MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names: `__all__`, the lazy ``DjangoCache`` and python-diskcache's module
+    names, and the module's dunders (not its helpers, nor its private submodules)."""
+    dunders = [name for name in globals() if name.startswith("__") and name.endswith("__")]
+    return sorted({*dunders, *__all__, "DjangoCache", "cli", "contrib", *_PEER_MODULES})

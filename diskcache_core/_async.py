@@ -35,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from ._getforms import typed_aget
 from ._workers import worker_task
 
 __all__ = ["AsyncCacheMixin", "AsyncDataMixin", "SyncData", "SyncQueue", "run_sync"]
@@ -112,8 +113,12 @@ class SyncData(Protocol):
         retry: bool = False,
     ) -> Any: ...
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool: ...
-    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any: ...
-    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any: ...
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any: ...
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any: ...
     def read(self, key: Any, retry: bool = False) -> Any: ...
     def __contains__(self, key: Any) -> bool: ...
     def expire(self, *args: Any, **kwargs: Any) -> int: ...  # FanoutCache's takes retry first
@@ -153,6 +158,7 @@ class AsyncDataMixin:
     is the twin of ``key in cache``.
     """
 
+    @typed_aget
     async def aget(
         self: SyncData, key: Any, default: Any = None, read: bool = False,
         expire_time: bool = False, tag: bool = False, retry: bool = False,
@@ -193,13 +199,15 @@ class AsyncDataMixin:
         return await run_sync(self.touch, key, expire, retry)
 
     async def aincr(
-        self: SyncData, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False
+        self: SyncData, key: Any, delta: float = 1, default: float | None = 0,
+        retry: bool = False,
     ) -> Any:
         """Awaitable `incr`."""
         return await run_sync(self.incr, key, delta, default, retry)
 
     async def adecr(
-        self: SyncData, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False
+        self: SyncData, key: Any, delta: float = 1, default: float | None = 0,
+        retry: bool = False,
     ) -> Any:
         """Awaitable `decr`."""
         return await run_sync(self.decr, key, delta, default, retry)

@@ -15,7 +15,7 @@ import logging
 import sqlite3
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import _schema as sql
 from ._arguments import (
@@ -25,9 +25,10 @@ from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
 from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePickleError
+from ._getforms import typed_get
 from ._incr import check_delta, increment
 from ._iteration import KeyIteration
-from ._memo import MemoizeDecorator
+from ._memo import typed_memoize
 from ._memo import memoize as _memoize
 from ._log import DISK as _LOG
 from ._memory import ABSENT
@@ -96,20 +97,24 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
     them: every item operation goes through the remote tier (:doc:`remote`).
     """
 
+    @typed_memoize
     def memoize(
-        self, name: str | None = None, typed: bool = False, expire: float | None = None,
-        tag: Any = None, ignore: Any = (), *, key: Any = None, should_cache: Any = None,
-    ) -> MemoizeDecorator:
+        self, name: str | Callable[..., Any] | None = None, typed: bool = False,
+        expire: float | None = None, tag: Any = None, ignore: Any = (), *, key: Any = None,
+        should_cache: Any = None,
+    ) -> Any:
         """Decorator: remember the function's results in this cache, keyed by its arguments.
 
-        Works on functions, methods and ``async def`` functions; ``expire=0`` looks results up
-        but never stores them. One implementation for every cache type:
+        Works on functions, methods and ``async def`` functions, with or without parentheses
+        (``@cache.memoize``: the default options); ``expire=0`` looks results up but never
+        stores them. One implementation for every cache type:
         all options are described in :doc:`memoize`.
         """
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 
     # --- reads ----------------------------------------------------------------------------------
 
+    @typed_get
     def get(
         self,
         key: Any,
@@ -417,7 +422,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
         return count == 1
 
-    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Add `delta` to the number stored at `key`, atomically; return the new value.
 
         A missing key starts from `default` (KeyError when `default` is None). Works like
@@ -444,7 +451,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             evictor.note_use(*stored_as, time.time())
         return result
 
-    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
         check_delta("decr", delta, default)
         return self.incr(key, -delta, default, retry)

@@ -29,6 +29,7 @@ from ._handoff import lock_handoff
 from ._memory import MemoryStats, MemoryTier
 from ._opening import open_database
 from ._remotewords import REMOTE_FILE
+from ._reprs import opened_as
 from ._queue import Queues
 from ._settings import (
     CODE_ONLY_SETTINGS,
@@ -504,7 +505,7 @@ class CacheBase:
         self.__init__(directory, timeout, disk, **code_only)  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._directory!r})"
+        return f"{type(self).__name__}({self._directory!r}{opened_as(self.remote, self.read_only)})"
 
 
 def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:

@@ -430,7 +430,9 @@ class Deque(Sequence[T]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(directory={self.directory!r})"
+        # python-diskcache's form, with maxlen where set (its own repr has no maxlen).
+        maxlen = "" if self._maxlen == _INFINITY else f", maxlen={int(self._maxlen)}"
+        return f"{type(self).__name__}(directory={self.directory!r}{maxlen})"
 
     def __getstate__(self) -> tuple[Cache, int | None]:
         return self._cache, None if self._maxlen == _INFINITY else int(self._maxlen)

@@ -67,10 +67,11 @@ def make_private_dirs(path: str) -> None:
         os.chmod(level, 0o700)
 
 
-def open_subdirectory(directory: str, *parts: str) -> str:
+def open_subdirectory(directory: str, *parts: str, create: bool = True) -> str:
     """``directory/parts...``, each level made owner-only if missing, none of them a link.
 
-    Raises `UnsafeValueFileError` for a level that is a link or not a directory.
+    Raises `UnsafeValueFileError` for a level that is a link or not a directory, and
+    ReadOnlyError for a missing one without `create` (a cache opened read-only).
     """
     path = directory
     for part in parts:
@@ -78,6 +79,8 @@ def open_subdirectory(directory: str, *parts: str) -> str:
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
+            if not create:
+                raise ReadOnlyError(f"no cache directory {path!r} (opened read-only)") from None
             make_private_dirs(path)
             mode = os.lstat(path).st_mode
         if not stat.S_ISDIR(mode):

@@ -53,6 +53,7 @@ __all__ = [
     "is_busy",
     "is_cannot_open",
     "is_readonly_rollback",
+    "read_only_error",
     "storage_error",
     "translate_sqlite_error",
 ]
@@ -121,6 +122,18 @@ class ReadOnlyError(DatabaseError, sqlite3.OperationalError):
     Also a ``sqlite3.OperationalError``, the error SQLite raises for a write to a read-only
     database, as diskcache-community's ``ReadOnlyError`` is: handlers of either keep working.
     """
+
+
+def read_only_error(path: str | None, exc: sqlite3.Error | None = None) -> ReadOnlyError:
+    """The one error every write to a read-only cache raises, whichever path found it (a check
+    before the write, or SQLite's refusal): it names the database. SQLite's own words are kept
+    only when they say more than "read-only" (an extended code: a moved file, a hot journal)."""
+    where = f" {path!r}" if path else ""
+    message = f"the cache database{where} is read-only: nothing can be written to it"
+    extended = getattr(exc, "sqlite_errorcode", _SQLITE_READONLY)
+    if exc is not None and extended != _SQLITE_READONLY:
+        message += f" (SQLite: {exc})"
+    return ReadOnlyError(message)
 
 
 class UnsafeValueFileError(DiskCacheError):
@@ -223,7 +236,7 @@ def translate_sqlite_error(exc: sqlite3.Error, path: str | None = None) -> DiskC
                 return storage_error(failure, repr(path))
             return DatabaseError(f"SQLite: {exc} ({failure.strerror})")
     if code == _SQLITE_READONLY:
-        return ReadOnlyError(f"SQLite: {exc}")
+        return read_only_error(path, exc)
     full = code == _SQLITE_FULL or "disk is full" in str(exc)
     if not full and code not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
         return DatabaseError(f"SQLite: {exc}")

@@ -37,6 +37,7 @@ from ._directories import open_cache_directory
 from ._defaultdisk import disk_type
 from ._disk import ENOVAL, Disk
 from ._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
+from ._getforms import typed_get
 from ._layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -48,7 +49,8 @@ from ._layout import (
     proportional_shares,
 )
 from ._layout import bind_layout, check_shard_count, placement_hash, read_layout
-from ._memo import MemoizeDecorator
+from ._reprs import opened_as
+from ._memo import typed_memoize
 from ._memo import memoize as _memoize
 from ._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from ._persistent import Deque, Index
@@ -187,7 +189,9 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         bind_layout(directory, layout, self._shards)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
-        self._named = SubCollections(directory, disk, self._code_only.get("remote") is not None)
+        self._named = SubCollections(
+            directory, disk, self._code_only.get("remote") is not None, self.read_only
+        )
         self._timeouts = 0
         self._timeouts_lock = threading.Lock()
 
@@ -263,6 +267,7 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
 
     # --- data methods ------------------------------------------------------------------------
 
+    @typed_get
     def get(
         self,
         key: Any,
@@ -354,11 +359,15 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """Set a new expiry for `key`; False when missing or its shard was busy."""
         return self._on_shard(False, "touch", key, expire, retry)
 
-    def incr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Add `delta` to the number at `key` atomically; the new value, or None when busy."""
         return self._on_shard(None, "incr", key, delta, default, retry)
 
-    def decr(self, key: Any, delta: Any = 1, default: Any = 0, retry: bool = False) -> Any:
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
         """Subtract `delta` from the number at `key` atomically; the new value, or None when busy."""
         return self._on_shard(None, "decr", key, delta, default, retry)
 
@@ -382,9 +391,10 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """Remove `key` (retrying while its shard is busy); KeyError if missing."""
         del self._place(key)[key]
 
+    @typed_memoize
     def memoize(
         self,
-        name: str | None = None,
+        name: str | Callable[..., Any] | None = None,
         typed: bool = False,
         expire: float | None = None,
         tag: Any = None,
@@ -392,7 +402,7 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         *,
         key: Any = None,
         should_cache: Any = None,
-    ) -> MemoizeDecorator:
+    ) -> Any:
         """Decorator: remember the function's results in this cache (see ``Cache.memoize``)."""
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 
@@ -575,4 +585,5 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         self.__init__(directory, shards, timeout, disk, **options)  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._directory!r}, shards={self._count})"
+        opened = opened_as(self._shards[0].remote, self.read_only)
+        return f"{type(self).__name__}({self._directory!r}, shards={self._count}{opened})"

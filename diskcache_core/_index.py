@@ -12,6 +12,7 @@ import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import (
+    Callable,
     ItemsView,
     Iterable,
     Iterator,
@@ -20,18 +21,20 @@ from collections.abc import (
     MutableMapping,
     ValuesView,
 )
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from ._cache import Cache
 from ._collection import MISSING, open_collection_cache, store_in_batches
 from ._disk import ENOVAL
-from ._memo import MemoizeDecorator
+from ._memo import MemoizeDecorator, Memoized
 from ._memo import memoize as _memoize
 
 __all__ = ["Index", "IndexItemsView", "IndexKeysView", "IndexValuesView"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Index(MutableMapping[K, V]):
@@ -228,11 +231,19 @@ class Index(MutableMapping[K, V]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    @overload
+    def memoize(self, name: Callable[P, R], /) -> Memoized[P, R]: ...
+    @overload
     def memoize(
         self, name: str | None = None, typed: bool = False, ignore: Iterable[int | str] = ()
-    ) -> MemoizeDecorator:
+    ) -> MemoizeDecorator: ...
+    def memoize(
+        self, name: str | Callable[..., Any] | None = None, typed: bool = False,
+        ignore: Iterable[int | str] = (),
+    ) -> Any:
         """Decorator: remember a function's results in this index, keyed by its arguments
-        (`Cache.memoize` without expiry; results stay until removed)."""
+        (`Cache.memoize` without expiry; results stay until removed); ``@index.memoize``
+        without parentheses memoizes with the default options."""
         return _memoize(self._cache, name, typed, ignore=ignore)
 
     @contextlib.contextmanager

@@ -35,7 +35,9 @@ from ._errors import FloatOverflowError, RemoteOutcomeUnknownError, Timeout
 from ._memokeys import check_ignore, encode_value, make_key, quote_text, with_positions
 from ._recipes import Lock, backoff_delays, full_name, lease_seconds
 
-__all__ = ["MemoizeDecorator", "Memoized", "memoize", "memoize_stampede"]
+__all__ = [
+    "MemoizeDecorator", "MemoizeForms", "Memoized", "memoize", "memoize_stampede", "typed_memoize",
+]
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
@@ -71,6 +73,25 @@ class MemoizeDecorator(Protocol):
     """What `memoize` returns: a decorator keeping the decorated function's signature."""
 
     def __call__(self, func: Callable[P, R], /) -> Memoized[P, R]: ...
+
+
+class MemoizeForms(Protocol):
+    """A cache's ``memoize``: ``@cache.memoize(...)`` gives a decorator; bare, ``@cache.memoize``
+    memoizes the function with the default options."""
+
+    @overload
+    def __call__(self, name: Callable[P, R], /) -> Memoized[P, R]: ...
+    @overload
+    def __call__(
+        self, name: str | None = None, typed: bool = False, expire: float | None = None,
+        tag: Any = None, ignore: Iterable[int | str] = (), *,
+        key: Callable[..., Any] | None = None, should_cache: Callable[[Any], bool] | None = None,
+    ) -> MemoizeDecorator: ...
+
+
+def typed_memoize(method: Callable[..., Any]) -> MemoizeForms:
+    """`method` (a cache's ``memoize``), unchanged, typed as `MemoizeForms`."""
+    return method
 
 
 # --- what every memoized function shares -------------------------------------------------------
@@ -124,7 +145,7 @@ class _Memo:
 def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: Any) -> None:
     check_ignore(ignore)
     if callable(name):
-        # `@cache.memoize` without parentheses hands the function over as `name`.
+        # `memoize_stampede(cache, expire, function)`: no bare form (the cache comes first).
         raise TypeError("name cannot be callable")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, not {type(name).__name__}")
@@ -423,7 +444,7 @@ def _wrap(func: Callable[..., Any], memo: _Memo, procedure: Callable[[_Memo, str
 
 def memoize(
     cache: Any,
-    name: str | None = None,
+    name: str | Callable[..., Any] | None = None,
     typed: bool = False,
     expire: float | None = None,
     tag: Any = None,
@@ -431,7 +452,7 @@ def memoize(
     *,
     key: Callable[..., Any] | None = None,
     should_cache: Callable[[Any], bool] | None = None,
-) -> MemoizeDecorator:
+) -> Any:
     """Decorator: remember a function's results in `cache`, keyed by its arguments.
 
     Works on functions, methods (``self`` is part of the key, as in python-diskcache; put 0 in
@@ -449,9 +470,11 @@ def memoize(
     :param should_cache: ``should_cache(result)`` returns False for results not to store
         (e.g. ``lambda result: result is not None``)
 
-    Forgetting the parentheses (``@cache.memoize``) raises ``TypeError('name cannot be
-    callable')``.
+    Without parentheses (``@cache.memoize``) the function arrives as `name`: it is memoized
+    with the default options (python-diskcache raises ``TypeError('name cannot be callable')``).
     """
+    if callable(name):
+        return memoize(cache, None, typed, expire, tag, ignore, key=key, should_cache=should_cache)(name)
     _check_options(name, typed, ignore, key, should_cache)
     _check_storage(expire, tag)
 

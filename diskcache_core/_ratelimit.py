@@ -13,13 +13,14 @@ from ._arguments import check_seconds
 from ._disk import KEEP
 from ._errors import FloatOverflowError
 from ._recipes import change, check_expire, full_name
+from ._reprs import ItemRepr
 
 __all__ = ["Averager", "throttle"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Averager:
+class Averager(ItemRepr):
     """Running average kept in the cache: ``add`` values, read the mean with ``get``.
 
     ``Averager(cache, 'latency')``, then ``add(0.08)`` and ``add(0.12)``: ``get()`` is 0.1.

@@ -38,6 +38,7 @@ from ._arguments import check_seconds
 from ._disk import DELETE, KEEP
 from ._errors import RemoteOutcomeUnknownError, RemoteUnavailableError
 from ._leases import keeper, remote_shard, resolve
+from ._reprs import ItemRepr
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -186,7 +187,7 @@ def _token() -> str:
     return f"{_process_identity}-{uuid.uuid4().hex}"
 
 
-class Lock:
+class Lock(ItemRepr):
     """Lock shared by the threads and processes using the cache; one item holds it.
 
     Acquiring adds the item (an atomic insert-if-missing) holding a token for this acquisition;
@@ -307,7 +308,7 @@ class Lock:
         self.release()
 
 
-class RLock:
+class RLock(ItemRepr):
     """Re-entrant lock: its owner (one thread of one process) may acquire it again.
 
     The item holds ``(owner, count)``; each acquire by the owner adds one, each release takes
@@ -428,7 +429,7 @@ class RLock:
         self.release()
 
 
-class BoundedSemaphore:
+class BoundedSemaphore(ItemRepr):
     """Semaphore allowing `value` concurrent holders across threads and processes.
 
     The item holds one lease per holder, ``{token: expire_time}``. A lease expires `expire`

@@ -25,7 +25,7 @@ from ._checkpointer import PASS_BYTES, note_commit
 from ._connections import NO_VALUE, OPEN_WAIT, RECHECK_INTERVAL, ConnectionPool, ThreadState
 from ._disk import Disk
 from ._errors import (
-    DatabaseError, ReadOnlyError, is_busy, is_readonly_rollback, translate_sqlite_error,
+    DatabaseError, is_busy, is_readonly_rollback, read_only_error, translate_sqlite_error,
 )
 from ._handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
 from ._memory import publish
@@ -39,7 +39,6 @@ _FORKED = (
     "this process was forked inside a transaction: the transaction is the parent's, which commits"
     " or rolls it back (writes made here since the fork were not part of it)"
 )
-_READ_ONLY = "the cache database {!r} is opened read-only: nothing can be written to it"
 _ABORTED = (
     "the transaction was rolled back after an error in it (a full disk, say): nothing written"
     " in it is kept, and nothing more can be; leave the transact() block"
@@ -238,7 +237,7 @@ class Store:
         """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
         if self.pool.read_only:  # (its function exists only on connections that may write)
-            raise ReadOnlyError(_READ_ONLY.format(self.path))
+            raise read_only_error(self.path)
         state = self.state(retry)
         state.new_value = NO_VALUE
         rowcount, _ = self.write(statement, params, retry, charge=charge)
@@ -412,7 +411,7 @@ class Store:
         if self.pool.read_only:  # (else SQLite's refusal would read as a rolled-back block)
             if new_file is not None:
                 self.remove_file(new_file)
-            raise ReadOnlyError(_READ_ONLY.format(self.path))
+            raise read_only_error(self.path)
         state = self._state_for(retry, new_file)
         if not state.depth and (_monotonic() >= state.recheck_at or self.pool.versions_shrunk()):
             state = self._recheck(state, retry, new_file)

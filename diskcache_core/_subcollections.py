@@ -37,8 +37,11 @@ def _check_name(name: Any) -> list[str]:
 class SubCollections:
     """The named caches, deques and indexes under `directory`, made with Disk type `disk`."""
 
-    def __init__(self, directory: str, disk: type[Disk], remote: bool = False) -> None:
+    def __init__(
+        self, directory: str, disk: type[Disk], remote: bool = False, read_only: bool = False
+    ) -> None:
         self._directory = directory
+        self._read_only = read_only  # the owner's: each collection opens read-only, none is made
         self._disk = disk
         self._remote = remote  # the owner has a remote: a collection of this host's is refused
         self._made: dict[tuple[str, str], tuple[Cache, Any]] = {}  # (kind, name): (store, made)
@@ -53,7 +56,10 @@ class SubCollections:
         with self._lock:
             found = self._made.get((kind, name))
             if found is None:
-                made = store(open_subdirectory(self._directory, kind, *parts))  # no link
+                path = open_subdirectory(  # no link
+                    self._directory, kind, *parts, create=not self._read_only
+                )
+                made = store(path)
                 found = self._made[(kind, name)] = (made, wrap(made))
             collection: T = found[1]
             return collection
@@ -64,6 +70,8 @@ class SubCollections:
         if settings.get("remote") is None:
             self._refuse_with_remote("a named cache() without a remote= of its own")
         disk_type = self._disk if disk is None else disk
+        if self._read_only:
+            settings.setdefault("read_only", True)
         return self._get(
             "cache", name, lambda path: Cache(path, timeout=timeout, disk=disk_type, **settings),
             lambda store: store,
@@ -92,6 +100,8 @@ class SubCollections:
 
     def _unevicted(self, path: str) -> Cache:
         # A deque or index is a collection, not a cache: nothing in it is evicted.
+        if self._read_only:  # (its stored policy is read, not set)
+            return Cache(path, disk=self._disk, read_only=True)
         return Cache(path, disk=self._disk, eviction_policy="none")
 
     def close(self) -> None:

@@ -27,10 +27,15 @@ from diskcache_core.contrib.django import DjangoCache
 
 
 async def cache_mistakes(cache: Cache) -> None:
-    await cache.aget("k", defualt=1)  # E: call-arg
+    await cache.aget("k", defualt=1)  # E: call-overload
     await cache.aset("k")  # E: call-arg
     await cache.aadd("k", 1, expire="soon")  # E: arg-type
     await cache.aincr("k", 1, 0, False, "extra")  # E: call-arg
+    await cache.aincr("n", delta="x")  # E: arg-type
+    await cache.adecr("n", default="zero")  # E: arg-type
+    cache.incr("n", "x")  # E: arg-type
+    pair: str = await cache.aget("k", expire_time=True)  # E: assignment
+    value, expires, tag = await cache.aget("k", tag=True)  # E: misc
     await cache.apop()  # E: call-arg
     await cache.apush(prefix="q")  # E: call-arg
     await cache.apull(prefix="q", sid="back")  # E: call-arg
@@ -39,10 +44,13 @@ async def cache_mistakes(cache: Cache) -> None:
 
 
 async def fanout_mistakes(fanout: FanoutCache) -> None:
-    await fanout.aget("k", defualt=1)  # E: call-arg
+    await fanout.aget("k", defualt=1)  # E: call-overload
     await fanout.aset("k")  # E: call-arg
     await fanout.atouch("k", expire="soon")  # E: arg-type
     await fanout.adelete("k", retyr=True)  # E: call-arg
+    await fanout.aincr("n", delta="x")  # E: arg-type
+    fanout.decr("n", delta=b"1")  # E: arg-type
+    stored_at: str = (await fanout.aget("k", store_time=True))[1]  # E: assignment
     count: str = await fanout.aclear()  # E: assignment
     given_up: str = (await fanout.astats()).timeouts  # E: assignment
 
@@ -51,12 +59,14 @@ async def django_mistakes(backend: DjangoCache) -> None:
     await backend.aget("k", defualt=1)  # E: call-arg
     await backend.aset("k")  # E: call-arg
     await backend.aincr_version("k", versoin=2)  # E: call-arg
+    await backend.aincr("n", delta="x")  # E: arg-type
     failed: int = await backend.aset_many({"k": 1})  # E: assignment
 '''
 
 CORRECT = '''
 import io
 import warnings
+from typing import Any, assert_type
 
 from diskcache_core import Cache, FanoutCache
 from diskcache_core.contrib.django import DjangoCache
@@ -81,11 +91,19 @@ async def use_cache(cache: Cache) -> None:
     await cache.apeek(prefix="q")
     await cache.apull(prefix="q", side="front", expire_time=False, tag=False)
     await cache.apeekitem(last=False)
+    assert_type(await cache.aget("k", expire_time=True), tuple[Any, float | None])
+    assert_type(await cache.aget("k", tag=True, store_time=True), tuple[Any, Any, float | None])
+    value, expires, tag = await cache.aget("k", expire_time=True, tag=True)
+    floats = await cache.aincr("f", 0.5) + await cache.adecr("f", delta=2, default=None)
 
 
 async def use_fanout(fanout: FanoutCache) -> None:
     stored: bool = await fanout.aset("k", 1, 60.0, False, None, False)
     await fanout.aget("k", "default")
+    value, expires, tag, stored_at = await fanout.aget(
+        "k", expire_time=True, tag=True, store_time=True
+    )
+    assert_type(stored_at, float | None)
     given_up: int = (await fanout.astats()).timeouts
     deleted: bool = await fanout.adelete("k")
 
@@ -109,10 +127,11 @@ def expected_errors(source: str) -> set[tuple[int, str]]:
     }
 
 
-def test_mypy_strict_reports_misused_twins_and_passes_correct_use(tmp_path: Path) -> None:
-    mistakes, correct = textwrap.dedent(MISTAKES), textwrap.dedent(CORRECT)
-    (tmp_path / "user_mistakes.py").write_text(mistakes)
-    (tmp_path / "user_correct.py").write_text(correct)
+def mypy_errors(tmp_path: Path, sources: dict[str, str]) -> tuple[dict[str, set[tuple[int, str]]], str]:
+    """``mypy --strict`` on user files (name: source), none of the project's settings: the
+    (line, code) of each error per file, and mypy's output."""
+    for name, source in sources.items():
+        (tmp_path / name).write_text(source)
     (tmp_path / "mypy.ini").write_text("[mypy]\n")  # none of the project's settings
     package_root = str(Path(diskcache_core.__file__).parent.parent)  # the tree under test
     result = subprocess.run(
@@ -122,8 +141,7 @@ def test_mypy_strict_reports_misused_twins_and_passes_correct_use(tmp_path: Path
             # own modules are checked on their own.
             "--follow-imports=silent", "--no-warn-unused-ignores",
             "--cache-dir", str(tmp_path / ".mypy_cache"), "--config-file", "mypy.ini",
-            "--show-error-codes", "--no-pretty", "--no-error-summary",
-            "user_mistakes.py", "user_correct.py",
+            "--show-error-codes", "--no-pretty", "--no-error-summary", *sources,
         ],
         check=False,
         cwd=tmp_path,
@@ -133,12 +151,18 @@ def test_mypy_strict_reports_misused_twins_and_passes_correct_use(tmp_path: Path
         timeout=300,
     )
     output = result.stdout + result.stderr
-    files = ("user_mistakes.py", "user_correct.py")
-    reported: dict[str, set[tuple[int, str]]] = {name: set() for name in files}
+    reported: dict[str, set[tuple[int, str]]] = {name: set() for name in sources}
     for line in output.splitlines():
         found = _ERROR.match(line)
         if found:
             reported.setdefault(found["file"], set()).add((int(found["line"]), found["code"]))
+    return reported, output
+
+
+def test_mypy_strict_reports_misused_twins_and_passes_correct_use(tmp_path: Path) -> None:
+    mistakes, correct = textwrap.dedent(MISTAKES), textwrap.dedent(CORRECT)
+    files = {"user_mistakes.py": mistakes, "user_correct.py": correct}
+    reported, output = mypy_errors(tmp_path, files)
     assert reported["user_correct.py"] == set(), output
     assert reported["user_mistakes.py"] == expected_errors(mistakes), output
     assert set(reported) == set(files), output

@@ -666,8 +666,14 @@ def test_memoize(cache):
     never_stored(1)
     assert calls.count(("never", 1)) == 2
 
-    with pytest.raises(TypeError, match="name cannot be callable"):
-        cache.memoize(square)
+    @cache.memoize  # bare: the default options (it raised 'name cannot be callable')
+    def cube(number: int) -> int:
+        calls.append(("cube", number))
+        return number**3
+
+    assert cube(2) == cube(2) == 8
+    assert calls.count(("cube", 2)) == 1
+    assert cache.get(cube.__cache_key__(2)) == 8  # under KEY_PREFIX and VERSION
 
 
 def test_memoize_async(cache):

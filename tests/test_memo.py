@@ -78,12 +78,41 @@ def test_fibonacci_1000_recursing_through_the_cache(cache):
     assert cache[fibonacci.__cache_key__(999)] == b - a
 
 
-def test_forgetting_parentheses_raises(cache):
-    with pytest.raises(TypeError, match='name cannot be callable'):
+def test_memoize_without_parentheses_memoizes_with_the_defaults(cache):
+    # It raised TypeError('name cannot be callable'), as python-diskcache's does.
+    calls = []
 
-        @cache.memoize
-        def function():
-            pass
+    @cache.memoize
+    def square(number):
+        """Squares."""
+        calls.append(number)
+        return number * number
+
+    @cache.memoize()
+    def twin(number):
+        return number * number
+
+    assert [square(3), square(3), square(4)] == [9, 9, 16]
+    assert calls == [3, 4]
+    assert square.__name__ == 'square' and square.__doc__ == 'Squares.'
+    assert square.__wrapped__(5) == 25 and calls == [3, 4, 5]
+    assert cache[square.__cache_key__(3)] == 9
+    # The same key as with empty parentheses (apart from the function's own name).
+    assert square.__cache_key__(3).replace('square', 'twin') == twin.__cache_key__(3)
+
+
+def test_a_bare_memoize_on_an_async_function(cache):
+    import asyncio
+
+    calls = []
+
+    @cache.memoize
+    async def fetch(number):
+        calls.append(number)
+        return number + 1
+
+    assert asyncio.run(fetch(1)) == 2 and asyncio.run(fetch(1)) == 2
+    assert calls == [1]
 
 
 def test_wrapper_keeps_signature_docstring_and_kind(cache):

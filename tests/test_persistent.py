@@ -962,8 +962,14 @@ def test_index_memoize_typed_ignore_and_bare_use(index):
 
     assert double(3) == 6 and double(3.0) == 6.0 and double(3, verbose=True) == 6
     assert calls == [3, 3.0]
-    with pytest.raises(TypeError, match='name cannot be callable'):
-        index.memoize(double)
+
+    @index.memoize  # bare: the default options (it raised 'name cannot be callable')
+    def triple(number):
+        calls.append(('triple', number))
+        return number * 3
+
+    assert triple(2) == triple(2) == 6
+    assert calls.count(('triple', 2)) == 1 and index[triple.__cache_key__(2)] == 6
 
 
 # ---------------------------------------------------------------------------------------------

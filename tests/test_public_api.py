@@ -37,6 +37,16 @@ def test_all_is_an_explicit_sorted_list():
     assert len(dc.__all__) == len(set(dc.__all__))
 
 
+def test_dir_lists_the_public_names_only():
+    # dir() listed the module's helpers: Any, TYPE_CHECKING, importlib.
+    listed = {name for name in dir(dc) if not name.startswith('__')} | {'__version__'}
+    peer_modules = {'core', 'djangocache', 'fanout', 'persistent', 'recipes'}
+    assert listed == set(dc.__all__) | {'DjangoCache', 'cli', 'contrib'} | peer_modules
+    assert {'__version__', '__all__', '__doc__', '__path__'} <= set(dir(dc))
+    assert dc.DjangoCache.__name__ == 'DjangoCache'  # still reached lazily
+    assert dc.core.ENOVAL is dc.ENOVAL
+
+
 def test_store_names_exported():
     assert STORE_NAMES <= set(dc.__all__)
     assert isinstance(dc.__version__, str) and dc.__version__

@@ -7,7 +7,7 @@ import signal
 import sqlite3
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -63,7 +63,7 @@ def test_reads_work_on_read_only_media(read_only_cache_dir: Path) -> None:
 
 def test_writes_on_read_only_media_raise(read_only_cache_dir: Path) -> None:
     cache = dc.Cache(read_only_cache_dir)
-    with pytest.raises(dc.DatabaseError, match="readonly"):
+    with pytest.raises(dc.ReadOnlyError, match="is read-only"):
         cache.set("new", 1)
     assert "new" not in cache
     cache.close()
@@ -299,3 +299,100 @@ def test_read_only_opens_make_and_write_nothing(tmp_path: Path) -> None:
         with pytest.raises(dc.DatabaseError, match="read-only"):
             opener(str(tmp_path / "typo"), read_only=True)
     assert not (tmp_path / "typo").exists()
+
+
+def _fill(cache: Any) -> None:
+    cache.set("n", 1)
+    cache.set("k", "v", tag="t", expire=1000)
+    if isinstance(cache, dc.Cache):
+        cache.push(1, prefix="q")
+        dc.Deque.fromcache(cache).append(1)
+    else:
+        cache.deque("d").append(1)
+        cache.index("i")["a"] = 1
+        cache.cache("c").set("a", 1)
+
+
+def _run(call: Any) -> Any:
+    import asyncio
+
+    result = call()
+    if asyncio.iscoroutine(result):
+        return asyncio.run(result)
+    return result
+
+
+# Every write of the public API, on a Cache and a FanoutCache: (name, kinds, call).
+_WRITES: list[tuple[str, tuple[str, ...], Any]] = [
+    ("set", ("cache", "fanout"), lambda c: c.set("a", 1)),
+    ("setitem", ("cache", "fanout"), lambda c: c.__setitem__("a", 1)),
+    ("add", ("cache", "fanout"), lambda c: c.add("a", 1)),
+    ("delete", ("cache", "fanout"), lambda c: c.delete("n")),
+    ("delitem", ("cache", "fanout"), lambda c: c.__delitem__("n")),
+    ("pop", ("cache", "fanout"), lambda c: c.pop("n")),
+    ("clear", ("cache", "fanout"), lambda c: c.clear()),
+    ("expire", ("cache", "fanout"), lambda c: c.expire(now=1e12)),
+    ("evict", ("cache", "fanout"), lambda c: c.evict("t")),
+    ("cull", ("cache", "fanout"), lambda c: c.cull()),
+    ("touch", ("cache", "fanout"), lambda c: c.touch("n", expire=5)),
+    ("incr", ("cache", "fanout"), lambda c: c.incr("n")),
+    ("decr", ("cache", "fanout"), lambda c: c.decr("n")),
+    ("transact", ("cache", "fanout"), lambda c: c.transact().__enter__()),
+    ("reset", ("cache", "fanout"), lambda c: c.reset("cull_limit", 5)),
+    ("memoize", ("cache", "fanout"), lambda c: c.memoize()(lambda x: x)(3)),
+    ("aset", ("cache", "fanout"), lambda c: c.aset("a", 1)),
+    ("adelete", ("cache", "fanout"), lambda c: c.adelete("n")),
+    ("aincr", ("cache", "fanout"), lambda c: c.aincr("n")),
+    ("lock", ("cache", "fanout"), lambda c: dc.Lock(c, "l").acquire()),
+    ("rlock", ("cache", "fanout"), lambda c: dc.RLock(c, "l").acquire()),
+    ("semaphore", ("cache", "fanout"), lambda c: dc.BoundedSemaphore(c, "s").acquire()),
+    ("averager", ("cache", "fanout"), lambda c: dc.Averager(c, "a").add(1)),
+    ("push", ("cache",), lambda c: c.push(1)),
+    ("pull", ("cache",), lambda c: c.pull(prefix="q")),
+    ("deque append", ("cache",), lambda c: dc.Deque.fromcache(c).append(2)),
+    ("deque popleft", ("cache",), lambda c: dc.Deque.fromcache(c).popleft()),
+    ("deque clear", ("cache",), lambda c: dc.Deque.fromcache(c).clear()),
+    ("index setitem", ("cache",), lambda c: dc.Index.fromcache(c).__setitem__("b", 1)),
+    ("index pop", ("cache",), lambda c: dc.Index.fromcache(c).pop("n")),
+    ("named deque", ("fanout",), lambda c: c.deque("d").append(2)),
+    ("named index", ("fanout",), lambda c: c.index("i").__setitem__("b", 2)),
+    ("named cache", ("fanout",), lambda c: c.cache("c").set("b", 2)),
+    ("new named deque", ("fanout",), lambda c: c.deque("new").append(2)),  # (none made)
+]
+
+
+@pytest.mark.filterwarnings("ignore::diskcache_core.ReadOnlyCacheWarning")
+@pytest.mark.parametrize("opened", ["read_only=True", "read-only mount"])
+@pytest.mark.parametrize(
+    "kind,name,call",
+    [(kind, name, call) for name, kinds, call in _WRITES for kind in kinds],
+    ids=[f"{kind}-{name}" for name, kinds, _ in _WRITES for kind in kinds],
+)
+def test_every_write_to_a_read_only_cache_raises_read_only_error(
+    tmp_path: Path, opened: str, kind: str, name: str, call: Any
+) -> None:
+    # Some writes raised SQLite's "attempt to write a readonly database", others the library's
+    # own words; a read-only FanoutCache's named collections were opened writable (and made).
+    opener = dc.Cache if kind == "cache" else dc.FanoutCache
+    source = tmp_path / "cache"
+    with opener(str(source)) as writer:
+        _fill(writer)
+    directory = source
+    if opened == "read-only mount":
+        directory = tmp_path / "mounted"
+        if not _mount_read_only(source, directory):
+            pytest.skip("read-only bind mounts need root and mount permission")
+    before = _snapshot(source)
+    try:
+        cache = opener(str(directory), read_only=opened == "read_only=True")
+        try:
+            assert cache.read_only
+            with pytest.raises(dc.ReadOnlyError, match=r"'[^']+'.* read-only"):
+                _run(lambda: call(cache))
+            assert cache.get("n") == 1
+        finally:
+            cache.close()
+    finally:
+        if opened == "read-only mount":
+            subprocess.run(["umount", str(directory)], check=False)
+    assert _snapshot(source) == before

@@ -44,7 +44,7 @@ import functools
 import numbers
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, ContextManager
+from typing import Any, ContextManager, ParamSpec, TypeVar, overload
 
 from django.apps import AppConfig
 from django.core import checks
@@ -58,7 +58,7 @@ from django.core.cache.backends.base import (
 from .. import ENOVAL, Cache, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
 from .._async import run_sync
-from .._memo import MemoizeDecorator
+from .._memo import MemoizeDecorator, Memoized
 from .._memo import memoize as _memoize
 from .._shards import ItemTooLargeError
 from ._django_checks import check_caches
@@ -66,6 +66,8 @@ from ._django_options import CacheEntry, checked_entry, shared_fanout
 
 __all__ = ["DiskCacheCoreConfig", "DjangoCache"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 _EXPIRED = -1.0  # expire argument for Django timeouts of 0 or less: stored already expired
 
 
@@ -269,9 +271,9 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def incr(
         self,
         key: str,
-        delta: Any = 1,
+        delta: float = 1,
         version: int | None = None,
-        default: Any = None,
+        default: float | None = None,
         retry: bool = True,
     ) -> Any:
         """Add `delta` to the number at `key`, atomically; return the new value.
@@ -288,9 +290,9 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def decr(
         self,
         key: str,
-        delta: Any = 1,
+        delta: float = 1,
         version: int | None = None,
-        default: Any = None,
+        default: float | None = None,
         retry: bool = True,
     ) -> Any:
         """Subtract `delta` from the number at `key`, atomically; see `incr`."""
@@ -450,9 +452,17 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """The Index named `name` inside LOCATION."""
         return self._fanout.index(name)
 
+    @overload
+    def memoize(self, name: Callable[P, R], /) -> Memoized[P, R]: ...
+    @overload
+    def memoize(
+        self, name: str | None = None, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
+        typed: bool = False, tag: Any = None, ignore: Any = (), *,
+        key: Callable[..., Any] | None = None, should_cache: Callable[[Any], bool] | None = None,
+    ) -> MemoizeDecorator: ...
     def memoize(
         self,
-        name: str | None = None,
+        name: str | Callable[..., Any] | None = None,
         timeout: Any = DEFAULT_TIMEOUT,
         version: int | None = None,
         typed: bool = False,
@@ -461,11 +471,12 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         *,
         key: Callable[..., Any] | None = None,
         should_cache: Callable[[Any], bool] | None = None,
-    ) -> MemoizeDecorator:
+    ) -> Any:
         """Decorator: remember results in this cache, under KEY_PREFIX and `version`.
 
         `timeout` as for `set` (0 looks results up but never stores them); the other options
-        are those of ``Cache.memoize``. Use it with parentheses: ``@cache.memoize()``.
+        are those of ``Cache.memoize``. Without parentheses (``@cache.memoize``), the
+        function is memoized with the default options.
         """
         return _memoize(
             _VersionedKeys(self, version), name, typed, self._expire(timeout), tag, ignore,
@@ -513,12 +524,12 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         """Awaitable `has_key`."""
         return await run_sync(self.has_key, key, version)
 
-    async def aincr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+    async def aincr(self, key: str, delta: float = 1, version: int | None = None, default: float | None = None,
                     retry: bool = True) -> Any:
         """Awaitable `incr`."""
         return await run_sync(self.incr, key, delta, version, default, retry)
 
-    async def adecr(self, key: str, delta: Any = 1, version: int | None = None, default: Any = None,
+    async def adecr(self, key: str, delta: float = 1, version: int | None = None, default: float | None = None,
                     retry: bool = True) -> Any:
         """Awaitable `decr`."""
         return await run_sync(self.decr, key, delta, version, default, retry)

@@ -42,6 +42,7 @@ from werkzeug.utils import import_string
 
 from .. import Cache, Disk, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
+from .._reprs import opened_as
 
 __all__ = ["DiskCache"]
 
@@ -141,6 +142,13 @@ class DiskCache(BaseCache):
     def threshold(self) -> int:
         """Most items kept (0: no limit)."""
         return self._threshold
+
+    def __repr__(self) -> str:
+        opened = opened_as(self._cache.remote, self._cache.read_only)
+        return (
+            f"{type(self).__name__}({self._cache.directory!r}, threshold={self._threshold},"
+            f" default_timeout={self.default_timeout}{opened})"
+        )
 
     # --- helpers -----------------------------------------------------------------------------
 
