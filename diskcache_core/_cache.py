@@ -23,6 +23,7 @@ from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
 from ._errors import RemoteUnsupportedError, Timeout
+from ._eviction import STORE_TIME_BATCHED
 from ._incr import check_delta, increment
 from ._iteration import KeyIteration
 from ._memo import MemoizeDecorator
@@ -351,6 +352,8 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
         evictor = self._evictor
+        if evictor.batches_store_time:  # least-recently-stored: the refresh below writes it
+            statement = STORE_TIME_BATCHED[statement]
         # The policy's refresh (an overwrite's store time) is noted before the write, so that the
         # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
