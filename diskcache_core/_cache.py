@@ -11,10 +11,8 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 import time
-import weakref
 from typing import Any, Callable, Iterator
 
 from . import _schema as sql
@@ -24,15 +22,16 @@ from ._arguments import (
 from ._async import AsyncCacheMixin
 from ._cachebase import CacheBase
 from ._disk import ENOVAL, MODE_RAW, Disk
-from ._errors import DiskCacheError, RemoteUnsupportedError, Timeout, UnsafePickleError
+from ._errors import RemoteUnsupportedError, Timeout
+from ._eviction import STORE_TIME_BATCHED
 from ._getforms import typed_get
 from ._incr import check_delta, increment
 from ._iteration import KeyIteration
 from ._memo import typed_memoize
 from ._memo import memoize as _memoize
-from ._log import DISK as _LOG
 from ._memory import ABSENT
-from ._rows import raise_decode_error
+from ._queue import GONE
+from ._rows import raise_decode_error, reads_as_miss
 from ._store import MIN_WRITE_CHARGE, Store
 
 __all__ = ["Cache"]
@@ -56,32 +55,12 @@ def _serialize(
         return disk.store(value, read, key=key)
 
 
-def _unreadable(exc: Exception) -> bool:
-    """Whether `exc`, raised by a Disk's fetch, says the entry cannot be read back (what
-    ``on_error='miss'`` reads as a miss): not a file system, memory or library error, but for
-    SafeDisk's refusal."""
-    if isinstance(exc, UnsafePickleError):
-        return True
-    return not isinstance(exc, (OSError, MemoryError, RecursionError, DiskCacheError))
-
-
-_logged_unreadable: weakref.WeakSet[Cache] = weakref.WeakSet()
-
-
 def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
     """Under ``on_error='miss'``, for an entry `exc` says is unreadable: delete `row` (key,
     raw, mode, filename, value) if it is still the one read (not on a read-only cache, nor when
-    the lock is busy: a later read tries again), log it (the first of each cache as a
-    warning), and return True: the caller reads a miss."""
-    if cache.disk.on_error != "miss" or not _unreadable(exc):
+    the lock is busy: a later read tries again), and return True: the caller reads a miss."""
+    if not reads_as_miss(cache._store, cache.disk, exc):
         return False
-    first = cache not in _logged_unreadable
-    _logged_unreadable.add(cache)
-    _LOG.log(
-        logging.WARNING if first else logging.DEBUG,
-        "treating an unreadable entry in %r as missing: %s: %s",
-        cache.directory, type(exc).__name__, exc,
-    )
     if not cache.read_only:
         try:
             cache._store.write(sql.DELETE_UNREADABLE, row, False)
@@ -378,6 +357,8 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
         store = self._store
         evictor = self._evictor
+        if evictor.batches_store_time:  # least-recently-stored: the refresh below writes it
+            statement = STORE_TIME_BATCHED[statement]
         # The policy's refresh (an overwrite's store time) is noted before the write, so that the
         # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
@@ -469,8 +450,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         """Remove `key` and return its value, or `default` when missing; atomic.
 
         The value is read first and the row then deleted only if it is still the one read, so
-        a value the Disk refuses (SafeDisk's UnsafePickleError) stays, and no lock is held
-        while it is read. An expired item is removed and `default` returned.
+        a value the Disk refuses (SafeDisk's UnsafePickleError) stays (with ``on_error='miss'``
+        it goes, as a miss), and no lock is held while it is read. An expired item is removed
+        and `default` returned.
         """
         if self._remote is not None:
             return self._remote.pop(key, default, expire_time, tag)
@@ -486,8 +468,8 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             if expiry is None or expiry > now:
                 try:
                     value = self._queues.fetch_row(rowid, key, mode, filename, db_value, size)
-                except FileNotFoundError:
-                    pass  # a missing value file: the item goes, as a miss
+                except GONE:
+                    pass  # a missing value file (or unreadable under on_error='miss'): a miss
             unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
             count, published = self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
             if count:

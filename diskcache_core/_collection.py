@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._cache import Cache
+from ._disk import Disk
 from ._errors import DiskCacheError
 
 __all__ = ["BATCH", "MISSING", "open_collection_cache", "store_in_batches"]
@@ -22,12 +23,15 @@ MISSING: Any = object()  # "no item": a get that found nothing (ENOVAL stays the
 BATCH = 100  # items written per transaction by extend and update: bounded lock hold time
 
 
-def open_collection_cache(directory: str | bytes | os.PathLike[str] | None) -> Cache:
-    """The cache in `directory` (a new temporary one when None), opened with eviction policy
-    'none' so that a collection never loses items to culling."""
+def open_collection_cache(
+    directory: str | bytes | os.PathLike[str] | None, disk: type[Disk] | None = None
+) -> Cache:
+    """The cache in `directory` (a new temporary one when None) with Disk type `disk` (None:
+    the process's default), opened with eviction policy 'none' so that a collection never
+    loses items to culling."""
     if isinstance(directory, bytes):
         directory = os.fsdecode(directory)
-    return Cache(directory, eviction_policy="none")
+    return Cache(directory, disk=disk, eviction_policy="none")
 
 
 def store_in_batches(

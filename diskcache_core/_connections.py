@@ -15,7 +15,6 @@ import mmap
 import os
 import os.path as op
 import sqlite3
-import stat
 import threading
 import time
 import warnings

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from ._arguments import QUEUE_START
 from ._cache import Cache
 from ._collection import MISSING, open_collection_cache, store_in_batches
+from ._disk import Disk
 
 __all__ = ["Deque"]
 
@@ -77,15 +78,18 @@ class Deque(Sequence[T]):
         iterable: Iterable[T] = (),
         directory: str | bytes | os.PathLike[str] | None = None,
         maxlen: int | None = None,
+        disk: type[Disk] | None = None,
     ) -> None:
         """Open the deque stored in `directory` (a new temporary one when None), then append
         the items of `iterable`.
 
         :param maxlen: the most items kept: appending to a full deque drops an item from the
             other end, and items beyond it are dropped from the front now (None: no limit)
+        :param disk: the Disk type of its cache (None: the process's default, see `configure`),
+            as diskcache-community's
         """
         maxlen_checked = _check_maxlen(maxlen)
-        self._attach(open_collection_cache(directory), maxlen_checked, iterable)
+        self._attach(open_collection_cache(directory, disk), maxlen_checked, iterable)
 
     @classmethod
     def fromcache(cls, cache: Cache, iterable: Iterable[T] = (), maxlen: int | None = None) -> Deque[T]:

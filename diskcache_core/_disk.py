@@ -205,7 +205,7 @@ class Disk:
             return key, True
         if kind is int and _INT64_MIN <= key <= _INT64_MAX:
             return key, True
-        data = self._dumps(key)
+        data = self._dumps(key, "key")
         return pickletools.optimize(data), False
 
     def get(self, key: Any, raw: bool) -> Any:
@@ -455,7 +455,8 @@ class Disk:
 
     # -- pickling --
 
-    def _dumps(self, obj: Any) -> bytes:
+    def _dumps(self, obj: Any, what: str = "value") -> bytes:
+        """Pickle `obj`, a key or value as `what` says (SafeDisk's refusals name which)."""
         try:
             return pickle.dumps(obj, protocol=self.pickle_protocol)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:

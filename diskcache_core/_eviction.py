@@ -45,6 +45,12 @@ _SPARING_DELETE = {
     if policy.cull is not None
 }
 _LAST_INSERT = "SELECT last_insert_rowid()"
+#: set's and add's statements under least-recently-stored, which indexes store_time: they leave
+#: it alone, and the overwrite's store time is the access log's batched refresh.
+STORE_TIME_BATCHED = {
+    statement: statement.replace(" store_time = excluded.store_time,", "")
+    for statement in (sql.UPSERT, sql.ADD, *sql.PLAIN_VARIANT.values())
+}
 
 
 class Evictor:
@@ -82,6 +88,9 @@ class Evictor:
         writable = not self.store.pool.read_only
         self.tracks_reads = writable and self.access.tracks_reads
         self.tracks_writes = writable and self.access.tracks_writes
+        # Under least-recently-stored an overwrite's store time is the access log's batched
+        # refresh (store_time is indexed), not the set's own statement (STORE_TIME_BATCHED).
+        self.batches_store_time = self.tracks_writes and self.access.write_column == "store_time"
 
     def set_size_limit(self, value: int) -> None:
         self.settings.size_limit = value

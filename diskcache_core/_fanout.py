@@ -540,13 +540,15 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """
         return self._named.cache(name, timeout, disk, **settings)
 
-    def deque(self, name: str, maxlen: int | None = None) -> Deque[Any]:
-        """The Deque named `name` in subdirectory ``deque/<name>`` (created on first use)."""
-        return self._named.deque(name, maxlen)
+    def deque(self, name: str, maxlen: int | None = None, disk: type[Disk] | None = None) -> Deque[Any]:
+        """The Deque named `name` in subdirectory ``deque/<name>`` (created on first use; `disk`
+        defaults to this cache's Disk type, and applies when it is made)."""
+        return self._named.deque(name, maxlen, disk)
 
-    def index(self, name: str) -> Index[Any, Any]:
-        """The Index named `name` in subdirectory ``index/<name>`` (created on first use)."""
-        return self._named.index(name)
+    def index(self, name: str, disk: type[Disk] | None = None) -> Index[Any, Any]:
+        """The Index named `name` in subdirectory ``index/<name>`` (created on first use; `disk`
+        defaults to this cache's Disk type, and applies when it is made)."""
+        return self._named.index(name, disk)
 
     # --- iteration and lifecycle -------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from ._cache import Cache
 from ._collection import MISSING, open_collection_cache, store_in_batches
-from ._disk import ENOVAL
+from ._disk import ENOVAL, Disk
 from ._memo import MemoizeDecorator, Memoized
 from ._memo import memoize as _memoize
 
@@ -51,12 +51,18 @@ class Index(MutableMapping[K, V]):
 
         A first argument that is a path (str, bytes or os.PathLike) or None names the directory
         (None or absent: a new temporary one, not removed afterwards); the rest are added as by
-        `dict.update`.
+        `dict.update`. A keyword ``disk`` that is a Disk type is the Disk type of its cache, as
+        in diskcache-community (any other ``disk`` value is an item, as in python-diskcache).
         """
         directory = None
         if args and (args[0] is None or isinstance(args[0], (str, bytes, os.PathLike))):
             directory, args = args[0], args[1:]
-        self._cache = open_collection_cache(directory)
+        disk = kwargs.get("disk")
+        if isinstance(disk, type) and issubclass(disk, Disk):
+            del kwargs["disk"]
+        else:
+            disk = None
+        self._cache = open_collection_cache(directory, disk)
         self.update(*args, **kwargs)
 
     @classmethod

@@ -30,7 +30,7 @@ from ._arguments import check_text
 from ._dbfile import refuse_special_file
 from ._directories import make_private_dirs, open_subdirectory
 from ._disk import Disk, unsupported_key
-from ._errors import DatabaseError, DiskCacheError, ReadOnlyError, storage_error
+from ._errors import DiskCacheError, ReadOnlyError, storage_error
 from ._schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
 from ._schema import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 

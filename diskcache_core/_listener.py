@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import logging
 import os
 import select
 import subprocess

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import json
-import logging
 import os
 import signal
-import stat
 import struct
 import sys
 import time

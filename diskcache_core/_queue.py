@@ -13,10 +13,20 @@ from typing import Any
 from . import _schema as sql
 from ._arguments import QUEUE_START, check_bindable, check_side, check_tag, expire_at, key_range, shape
 from ._disk import Disk
-from ._rows import raise_decode_error
+from ._rows import raise_decode_error, reads_as_miss
 from ._store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["Queues"]
+__all__ = ["GONE", "Queues", "UnreadableEntry"]
+
+
+class UnreadableEntry(Exception):
+    """`Queues.fetch_row` under ``on_error='miss'``: the row's value cannot be read back, and
+    the item goes as a miss, as one whose value file is lost does."""
+
+
+#: What `Queues.fetch_row` raises for an item read as gone: its value file is missing, or it
+#: is unreadable under ``on_error='miss'``.
+GONE = (FileNotFoundError, UnreadableEntry)
 
 
 class Queues:
@@ -31,7 +41,8 @@ class Queues:
         self, rowid: int, key: Any, mode: int, filename: str | None, db_value: Any, size: int
     ) -> Any:
         """The value of row `rowid` of `key` (FileNotFoundError when its value file is gone or
-        cut short; DatabaseError naming the row when it is damaged); also Cache.pop's, which
+        cut short; UnreadableEntry when it cannot be read back and the Disk's ``on_error`` is
+        ``'miss'``; DatabaseError naming the row when it is damaged); also Cache.pop's, which
         selects the same columns."""
         checked = size if filename is not None and self._sized_files else db_value
         try:
@@ -39,6 +50,8 @@ class Queues:
         except FileNotFoundError:
             raise
         except Exception as exc:
+            if reads_as_miss(self._store, self._disk, exc):
+                raise UnreadableEntry(str(exc)) from exc
             raise_decode_error(
                 exc, self._disk, mode, filename, checked, rowid, key, self._store.pool.path
             )
@@ -101,7 +114,8 @@ class Queues:
         """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty.
 
         The value is read first and the row then deleted only if it is still that end's item,
-        unchanged: a value the Disk refuses (SafeDisk's UnsafePickleError) stays queued.
+        unchanged: a value the Disk refuses (SafeDisk's UnsafePickleError) stays queued, unless
+        the Disk's ``on_error`` is ``'miss'``: then it goes, and the next item is pulled.
         """
         check_side(side, ("front", "back"))
         low, high = key_range(prefix)
@@ -117,7 +131,7 @@ class Queues:
             if live:
                 try:
                     value = self.fetch_row(rowid, db_key, mode, filename, db_value, size)
-                except FileNotFoundError:
+                except GONE:
                     live = False  # a missing value file: the item goes, as if expired
             params = (low, high, rowid, db_key, db_expire, db_tag, mode, filename, db_value)
             removed, _ = self._store.write(delete_unchanged_end, params, retry)
@@ -164,8 +178,9 @@ class Queues:
     def _first_live(self, statement: str, params: tuple[Any, ...], retry: bool) -> tuple[Any, ...] | None:
         """``(db_key, raw, value, expire_time, tag)`` of the first row `statement` selects that
         has not expired, or None. Expired rows met on the way are deleted, and so are rows
-        whose value file is missing; a read-only cache passes over them instead (the statement
-        is read again with an OFFSET of the rows passed)."""
+        whose value file is missing or, under ``on_error='miss'``, that cannot be read back; a
+        read-only cache passes over them instead (the statement is read again with an OFFSET of
+        the rows passed)."""
         read_only = self._store.pool.read_only
         passed = 0
         while True:
@@ -186,7 +201,7 @@ class Queues:
                 continue
             try:
                 value = self.fetch_row(rowid, db_key, mode, filename, db_value, size)
-            except FileNotFoundError:
+            except GONE:
                 if read_only:
                     passed += 1
                     continue

@@ -12,15 +12,22 @@ a Disk whose ``fetch`` is the library's: a custom Disk may give modes meanings o
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import logging
+import os.path as op
+import weakref
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._codecs import CODEC_NAMES_BY_ID
 from ._disk import MODE_BINARY, MODE_PICKLE, MODE_RAW, MODE_TEXT, Disk, JSONDisk, is_value_mode
-from ._errors import DatabaseError
+from ._errors import DatabaseError, DiskCacheError, UnsafePickleError
+from ._log import DISK as _LOG
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 __all__ = [
-    "SELECT_SUSPECTS", "describe_row", "judges_modes", "raise_decode_error", "row_damage",
-    "value_damage",
+    "SELECT_SUSPECTS", "describe_row", "judges_modes", "raise_decode_error", "reads_as_miss",
+    "row_damage", "value_damage",
 ]  # fmt: skip
 
 # check's scan: the columns the rules read (the value only by its type: no blob is copied), of
@@ -107,6 +114,35 @@ def raise_decode_error(
         f"{describe_row(rowid, key)} in {database} is damaged: {reason} (Cache.check reports"
         " it; check(fix=True) removes the row)"
     ) from exc
+
+
+def _unreadable(exc: Exception) -> bool:
+    """Whether `exc`, raised by a Disk's fetch, says the entry cannot be read back (what
+    ``on_error='miss'`` reads as a miss): not a file system, memory or library error, but for
+    SafeDisk's refusal."""
+    if isinstance(exc, UnsafePickleError):
+        return True
+    return not isinstance(exc, (OSError, MemoryError, RecursionError, DiskCacheError))
+
+
+_logged_unreadable: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def reads_as_miss(store: Store, disk: Disk, exc: Exception) -> bool:
+    """Whether the entry whose decode raised `exc` is read as missing: when `disk` was made
+    with ``on_error='miss'`` and `exc` says the entry is unreadable. Logged: the first of each
+    cache (its `store`) as a warning, later ones at debug level. The caller removes the entry
+    (if it is still the one read) as it does one whose value file is lost."""
+    if disk.on_error != "miss" or not _unreadable(exc):
+        return False
+    first = store not in _logged_unreadable
+    _logged_unreadable.add(store)
+    _LOG.log(
+        logging.WARNING if first else logging.DEBUG,
+        "treating an unreadable entry in %r as missing: %s: %s",
+        op.dirname(store.pool.path), type(exc).__name__, exc,
+    )
+    return True
 
 
 def _short(value: Any) -> str:

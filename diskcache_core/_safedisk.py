@@ -532,6 +532,27 @@ class SafeDisk(Disk):
             "safe_modules": tuple(dict.fromkeys((*cls.safe_modules, *prefixes))),
         })  # fmt: skip
 
+    def _dumps(self, obj: Any, what: str = "value") -> bytes:
+        """Pickle `obj`, refusing with TypeError (before anything is written) what `_loads`
+        would refuse, as diskcache-community's SafeDisk does."""
+        data = super()._dumps(obj, what)
+        if not copyreg._inverted_registry:  # type: ignore[attr-defined]
+            # As `_loads`: a pickle that names no global is safe; the C unpickler finds out
+            # fastest (a builtin container of builtin values is the common case).
+            try:
+                _RestrictedUnpickler(io.BytesIO(data), None).load()
+                return data
+            except _HasGlobals:
+                pass
+        try:
+            _check_pickle(data, self._table)
+        except UnsafePickleError as exc:
+            kind = type(obj)
+            raise TypeError(
+                f"SafeDisk cannot store {what} of type {kind.__module__}.{kind.__qualname__}: {exc}"
+            ) from None
+        return data
+
     def _loads(self, data: bytes) -> Any:
         if type(data) is not bytes:
             data = bytes(data)

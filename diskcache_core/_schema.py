@@ -205,11 +205,12 @@ _INSERT_INTO = (
     " tag, size, mode, filename, value)"
 )
 _INSERT = _INSERT_INTO + " VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
-# An overwrite leaves store_time/access_time/access_count alone: moving their index entries
-# would double the cost of the statement. The refresh is recorded by the AccessLog instead and
-# written in batches (see _access.py).
+# An overwrite stores its time as store_time (python-diskcache's set replaces the row) and leaves
+# access_time/access_count alone: moving the policy's index entry would double the statement's
+# cost; that refresh (and store_time's under least-recently-stored, where it is the index: see
+# _eviction.STORE_TIME_BATCHED) is recorded by the AccessLog and written in batches (_access.py).
 _ON_CONFLICT_REPLACE = (
-    " ON CONFLICT(key, raw) DO UPDATE SET"
+    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time,"
     " expire_time = excluded.expire_time, tag = excluded.tag, size = excluded.size,"
     " mode = excluded.mode, filename = excluded.filename, value = excluded.value"
 )

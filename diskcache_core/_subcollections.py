@@ -77,18 +77,19 @@ class SubCollections:
             lambda store: store,
         )
 
-    def deque(self, name: str, maxlen: int | None) -> Deque[Any]:
-        """The Deque `name`; `maxlen` applies when it is first made."""
+    def deque(self, name: str, maxlen: int | None, disk: type[Disk] | None = None) -> Deque[Any]:
+        """The Deque `name`; `maxlen` and `disk` (None: the directory's) apply when it is first
+        made."""
         self._refuse_with_remote("deque()")
         def wrap(store: Cache) -> Deque[Any]:
             return Deque.fromcache(store, maxlen=maxlen)
 
-        return self._get("deque", name, self._unevicted, wrap)
+        return self._get("deque", name, self._unevicted(disk), wrap)
 
-    def index(self, name: str) -> Index[Any, Any]:
-        """The Index `name`."""
+    def index(self, name: str, disk: type[Disk] | None = None) -> Index[Any, Any]:
+        """The Index `name`; `disk` (None: the directory's) applies when it is first made."""
         self._refuse_with_remote("index()")
-        return self._get("index", name, self._unevicted, Index.fromcache)
+        return self._get("index", name, self._unevicted(disk), Index.fromcache)
 
     def _refuse_with_remote(self, what: str) -> None:
         """With a remote, a named collection would hold this host's items only: refused."""
@@ -98,11 +99,14 @@ class SubCollections:
                 " host's items only (see the 'Many hosts' documentation)"
             )
 
-    def _unevicted(self, path: str) -> Cache:
-        # A deque or index is a collection, not a cache: nothing in it is evicted.
-        if self._read_only:  # (its stored policy is read, not set)
-            return Cache(path, disk=self._disk, read_only=True)
-        return Cache(path, disk=self._disk, eviction_policy="none")
+    def _unevicted(self, disk: type[Disk] | None) -> Callable[[str], Cache]:
+        """What opens a deque's or index's Cache: with `disk` (None: the directory's Disk
+        type), and nothing evicted (a collection, not a cache; read-only where the cache is,
+        its stored policy read, not set)."""
+        disk_type = self._disk if disk is None else disk
+        if self._read_only:
+            return lambda path: Cache(path, disk=disk_type, read_only=True)
+        return lambda path: Cache(path, disk=disk_type, eviction_policy="none")
 
     def close(self) -> None:
         """Close every sub-collection's Cache (each reopens on next use)."""

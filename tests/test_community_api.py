@@ -56,6 +56,34 @@ def test_an_overwrite_refreshes_the_store_time_under_least_recently_stored(tmp_p
         assert cache.get("k", store_time=True) == (2, second)
 
 
+@pytest.mark.parametrize("policy", ["least-recently-used", "least-frequently-used", "none"])
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "tagged"])
+def test_an_overwrite_stores_its_own_store_time_under_every_policy(tmp_path, policy, tagged):
+    """As python-diskcache's set (it replaces the row) and diskcache-community's: the row holds
+    the overwrite's time at once, for every process (here, python-diskcache's reading of the
+    database file), and add over an expired item too."""
+    directory = str(tmp_path)
+    extra = {"tag": "t", "expire": 60} if tagged else {}
+    with dc.Cache(directory, eviction_policy=policy) as cache:
+        cache.set("k", 1, **extra)
+        cache.set("gone", 1, expire=0.001)
+        _, first = cache.get("k", store_time=True)
+        expired = time.time() + 0.002
+        while time.time() <= expired:  # a later clock reading; 'gone' has expired
+            time.sleep(0.001)
+        before = time.time()
+        cache.set("k", 2, **extra)
+        assert cache.add("gone", 2, **extra)
+        stored = {key: cache.get(key, store_time=True)[-1] for key in ("k", "gone")}
+        assert all(value >= before > first for value in stored.values())
+    connection = sqlite3.connect(f"{directory}/cache.db")
+    try:
+        rows = dict(connection.execute("SELECT key, store_time FROM Cache").fetchall())
+    finally:
+        connection.close()
+    assert rows == stored
+
+
 def test_fanout_get_store_time_of_a_busy_shard_is_the_default(tmp_path, monkeypatch):
     with dc.FanoutCache(str(tmp_path), shards=2) as cache:
 
@@ -333,3 +361,63 @@ def test_memoize_ignores_a_named_parameter_passed_by_position(tmp_path):
             return first
 
         assert other.__cache_key__(1, 2, key=3) != other.__cache_key__(1, key=3)
+
+
+def test_on_error_miss_covers_pop_pull_peek_and_peekitem(tmp_path, caplog):
+    """As diskcache-community's: an entry that cannot be read back goes, as a miss: ``pop``
+    returns the default, ``pull``, ``peek`` and ``peekitem`` pass on to the next readable item
+    (and so a Deque's popleft, peek and d[i])."""
+    directory = str(tmp_path)
+    with dc.Cache(directory) as cache:  # written by a plain Disk, refused by SafeDisk
+        cache["point"] = Point(1, 2)
+        cache.push(Point(3, 4))
+        cache.push("second")
+        cache.push(Point(5, 6), side="front")
+        cache["last"] = Point(7, 8)
+    miss = dc.SafeDisk.with_options(on_error="miss")
+    with dc.Cache(directory, disk=dc.SafeDisk) as cache:  # 'raise': nothing goes
+        for read in (lambda: cache.pop("point"), cache.pull, cache.peek, cache.peekitem):
+            with pytest.raises(dc.UnsafePickleError):
+                read()
+        assert len(cache) == 5
+    with caplog.at_level(logging.DEBUG, logger="diskcache_core"):
+        with dc.Cache(directory, disk=miss) as cache:
+            assert cache.pop("point", "default") == "default" and "point" not in cache
+            assert cache.peek() == (500000000000001, "second")  # both before it went
+            assert cache.peekitem() == (500000000000001, "second")  # 'last' went
+            assert len(cache) == 1
+            with dc.Cache(directory) as plain:
+                plain.push(Point(9, 9), side="front")
+            assert cache.pull() == (500000000000001, "second") and len(cache) == 0
+    assert any("unreadable" in record.getMessage() for record in caplog.records)
+    plain_deque = dc.Deque([Point(1, 1), "b", Point(2, 2), "d"], str(tmp_path / "deque"))
+    plain_deque.cache.close()
+    deque = dc.Deque(directory=str(tmp_path / "deque"), disk=miss)
+    assert deque.popleft() == "b" and deque[0] == "d" and deque.peek() == "d"
+    assert list(deque) == ["d"]
+
+
+def test_deque_and_index_take_a_disk(tmp_path):
+    """``Deque(..., disk=)``, ``Index(..., disk=)`` and FanoutCache's ``deque(name, disk=)`` and
+    ``index(name, disk=)``, as diskcache-community's; positional arguments are python-diskcache's,
+    and an Index keyword ``disk`` that is not a Disk type stays an item."""
+    deque = dc.Deque([1], str(tmp_path / "d1"), 5, dc.SafeDisk)
+    assert type(deque.cache.disk) is dc.SafeDisk and deque.maxlen == 5 and list(deque) == [1]
+    miss = dc.Disk.with_options(on_error="miss")
+    assert type(dc.Deque(directory=str(tmp_path / "d2"), disk=miss).cache.disk) is miss
+    with pytest.raises(TypeError, match="SafeDisk cannot store value"):
+        dc.Deque(directory=str(tmp_path / "d3"), disk=dc.SafeDisk).append(Point(1, 2))
+    index = dc.Index(str(tmp_path / "i1"), {"a": 1}, disk=dc.SafeDisk, b=2)
+    assert type(index.cache.disk) is dc.SafeDisk and dict(index) == {"a": 1, "b": 2}
+    index = dc.Index(disk=dc.SafeDisk, c=3)
+    assert type(index.cache.disk) is dc.SafeDisk and dict(index) == {"c": 3}
+    assert dict(dc.Index(str(tmp_path / "i2"), disk="an item")) == {"disk": "an item"}
+    assert type(dc.Index(str(tmp_path / "i3")).cache.disk) is dc.default_disk()
+    with dc.FanoutCache(str(tmp_path / "fan"), disk=dc.SafeDisk) as fanout:
+        assert type(fanout.deque("safe").cache.disk) is dc.SafeDisk
+        assert type(fanout.index("safe").cache.disk) is dc.SafeDisk
+        plain_deque, plain_index = fanout.deque("plain", disk=dc.Disk), fanout.index("plain", disk=dc.Disk)
+        assert type(plain_deque.cache.disk) is dc.Disk and type(plain_index.cache.disk) is dc.Disk
+        plain_deque.append(Point(1, 2))
+        plain_index["p"] = Point(3, 4)
+        assert plain_deque[0] == Point(1, 2) and plain_index["p"] == Point(3, 4)

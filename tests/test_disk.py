@@ -315,12 +315,40 @@ def test_safedisk_round_trips_allowed_types(make_cache, name):
     assert set(cache) == {name, ('tuple', 'key', 1)}
 
 
-def test_safedisk_refuses_unlisted_class(make_cache):
+def test_safedisk_refuses_unlisted_class(make_cache, cache_dir):
+    make_cache().set('point', Point(1, 2))  # written by a plain Disk (or planted)
     cache = make_cache(disk=dc.SafeDisk)
-    cache.set('point', Point(1, 2))
     with pytest.raises(dc.UnsafePickleError) as info:
         cache.get('point')
     assert '%s.%s' % (Point.__module__, Point.__qualname__) in str(info.value)
+
+
+def _value_files(directory):
+    return [name for _, _, names in os.walk(directory) for name in names if name.endswith('.val')]
+
+
+@pytest.mark.parametrize('value', [Point(1, 2), [Point(3, 4)] * 10_000, {'a': int}, (1, [datetime.timezone.utc, Point])])
+def test_safedisk_refuses_to_write_what_it_would_not_read(make_cache, cache_dir, value):
+    """TypeError before anything is stored (the value file of a big value included), as
+    diskcache-community's SafeDisk: values of set, add and push, keys of set and get."""
+    cache = make_cache(disk=dc.SafeDisk, disk_min_file_size=1024)
+    cache.set('kept', 'old')
+    for write in (
+        lambda: cache.set('kept', value),
+        lambda: cache.add('new', value),
+        lambda: cache.set(('key', value), 1),
+        lambda: cache.get(value),
+    ):
+        with pytest.raises(TypeError, match=r'SafeDisk cannot store (key|value) of type'):
+            write()
+    if isinstance(cache, dc.Cache):  # a FanoutCache has no queue
+        with pytest.raises(TypeError, match='SafeDisk cannot store value of type'):
+            cache.push(value)
+    assert list(cache) == ['kept'] and cache['kept'] == 'old'
+    assert _value_files(cache_dir) == []
+    with pytest.raises(TypeError, match='SafeDisk cannot store key of type'):
+        cache.set(Point(1, 2), 'value')
+    assert len(cache) == 1
 
 
 def test_safedisk_allows_listed_class(make_cache):
