@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import decimal
 import io
@@ -327,7 +328,21 @@ def _value_files(directory):
     return [name for _, _, names in os.walk(directory) for name in names if name.endswith('.val')]
 
 
-@pytest.mark.parametrize('value', [Point(1, 2), [Point(3, 4)] * 10_000, {'a': int}, (1, [datetime.timezone.utc, Point])])
+@pytest.mark.parametrize(
+    'value',
+    [
+        Point(1, 2),
+        [Point(3, 4)] * 10_000,
+        {'a': int},
+        (1, [datetime.timezone.utc, Point]),
+        collections.defaultdict(os.system),
+        [collections.defaultdict(Point, {1: 2})],
+        collections.Counter({'k': Point(5, 6)}),
+        collections.deque([os.system]),
+    ],
+    ids=['instance', 'many', 'class-in-dict', 'class-in-list', 'defaultdict-system', 'defaultdict-class',
+         'counter', 'deque'],
+)
 def test_safedisk_refuses_to_write_what_it_would_not_read(make_cache, cache_dir, value):
     """TypeError before anything is stored (the value file of a big value included), as
     diskcache-community's SafeDisk: values of set, add and push, keys of set and get."""

@@ -4,8 +4,10 @@ refusing malicious pickles planted in the database."""
 from __future__ import annotations
 
 import builtins
+import collections
 import datetime
 import decimal
+import fractions
 import io
 import os
 import pickle
@@ -615,6 +617,16 @@ SAFE_VALUES = {
     'empty-set': set(),
     'frozenset': frozenset({b'x', 2.5}),
     'builtins': [b'bytes', bytearray(b'ba'), complex(1, -2), range(1, 9, 2), slice(1, None, 3), True, None],
+    'counter': collections.Counter('abracadabra'),
+    'ordered-dict': collections.OrderedDict([('b', [1]), ('a', {2: 3})]),
+    'defaultdict': collections.defaultdict(list, {'a': [1, collections.deque([2])]}),
+    'defaultdict-none': collections.defaultdict(None, {'a': 1}),
+    'deque': collections.deque([1, 'two', collections.Counter(x=2)], maxlen=5),
+    'fraction': [fractions.Fraction(1, 3), fractions.Fraction(-7, 2)],
+    'nested-collections': {
+        'counts': [collections.Counter({'k': 2})] * 2,
+        'tree': collections.defaultdict(collections.OrderedDict, {1: collections.OrderedDict(a=fractions.Fraction(1, 2))}),
+    },
 }
 
 
@@ -651,6 +663,79 @@ def test_safedisk_round_trips_allowed_instances_in_every_protocol(make_cache, pr
     shared = cache['shared']
     assert shared[0] is shared[1] is shared[2]
     assert Account.is_admin is False
+
+
+# Every class a defaultdict may be made with: the builtin and collection types, the other
+# allowed classes, and an allowed class of the application.
+FACTORIES = [
+    None, list, dict, set, frozenset, int, float, complex, str, bytes, bytearray, tuple, bool, object,
+    collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque,
+    decimal.Decimal, fractions.Fraction, uuid.UUID, datetime.timedelta, Account,
+]
+
+
+@pytest.mark.parametrize('protocol', range(pickle.HIGHEST_PROTOCOL + 1))
+def test_safedisk_round_trips_defaultdict_factories_in_every_protocol(make_cache, protocol):
+    """A defaultdict's factory is the one class pickle stores as a bare value: allowed there."""
+    cache = make_cache(disk=dc.SafeDisk, disk_allowed_types=[Account], disk_pickle_protocol=protocol)
+    value = [collections.defaultdict(factory, {1: 2}) for factory in FACTORIES]
+    cache.set('factories', [value, value])
+    loaded = cache['factories']
+    assert loaded == [value, value] and loaded[0] is loaded[1]
+    for factory, item in zip(FACTORIES, loaded[0]):
+        assert type(item) is collections.defaultdict and item.default_factory is factory
+        if factory is uuid.UUID:  # calling it later makes an empty value, or raises
+            with pytest.raises(TypeError):
+                item['missing']
+        elif factory is not None:
+            assert type(item['missing']) is factory
+    cache.set(collections.defaultdict(int), 'a key')
+    assert cache[collections.defaultdict(int)] == 'a key'
+    assert collections.defaultdict(int) in list(cache)  # keys read back through the check
+    assert Account.is_admin is False
+
+
+_DEFAULTDICT = b'ccollections\ndefaultdict\n'
+
+
+@pytest.mark.parametrize(
+    'payload',
+    [
+        pytest.param(lambda: pickle.dumps(collections.defaultdict(os.system), protocol=0), id='defaultdict-system-0'),
+        pytest.param(lambda: pickle.dumps(collections.defaultdict(os.system), protocol=5), id='defaultdict-system-5'),
+        pytest.param(lambda: pickle.dumps([collections.defaultdict(eval, {1: 2})], protocol=2), id='defaultdict-eval-nested'),
+        pytest.param(lambda: _DEFAULTDICT + b'(c_codecs\nencode\ntR.', id='defaultdict-allowed-function'),
+        pytest.param(lambda: _DEFAULTDICT + b'(cuuid\nSafeUUID\ntR.', id='defaultdict-enum-class'),
+        pytest.param(lambda: _DEFAULTDICT + b'(cbuiltins\nlist\n}tR.', id='defaultdict-two-arguments'),
+        pytest.param(lambda: _DEFAULTDICT + b'(ccollections\ndefaultdict\n(cbuiltins\nlist\nttR.', id='defaultdict-factory-tuple'),
+        pytest.param(lambda: b'cbuiltins\nlist\n(cbuiltins\nset\ntR.', id='factory-tuple-to-list'),
+        pytest.param(lambda: b'\x80\x02ccollections\ndeque\ncbuiltins\nset\n\x85R.', id='factory-tuple-to-deque'),
+        pytest.param(lambda: b'\x80\x02ccollections\ndeque\ncbuiltins\nset\n\x85\x81.', id='factory-tuple-to-NEWOBJ'),
+        pytest.param(lambda: b'\x80\x02cbuiltins\nset\n\x85.', id='factory-tuple-returned'),
+        pytest.param(lambda: b'\x80\x02]cbuiltins\nset\n\x85a.', id='factory-tuple-in-list'),
+        pytest.param(
+            lambda: b'ccopyreg\n_reconstructor\n((cbuiltins\nlist\ntcbuiltins\nobject\nNtR.',
+            id='factory-tuple-to-reconstructor',
+        ),
+        pytest.param(lambda: pickle.dumps(collections.Counter({'k': os.system}), protocol=2), id='counter-holding-system'),
+        pytest.param(lambda: pickle.dumps(collections.OrderedDict(k=os.system), protocol=4), id='ordered-dict-holding-system'),
+        pytest.param(lambda: pickle.dumps(collections.deque([os.system]), protocol=5), id='deque-holding-system'),
+        pytest.param(lambda: b'cfractions\nFraction\n(cos\nsystem\ntR.', id='fraction-of-system'),
+        pytest.param(lambda: b'cfractions\nFraction\n(cbuiltins\nint\ntR.', id='fraction-of-a-class'),
+        pytest.param(lambda: b'ccollections\nCounter\n(ccollections\nCounter\ntR.', id='counter-of-a-class'),
+    ],
+)
+def test_safedisk_refuses_unsafe_collections(cache_dir, payload):
+    """The added collection types and Fraction only take checked arguments; a defaultdict's
+    factory must be an allowed class (os.system, a function, an Enum class are refused), and the
+    ``(factory,)`` tuple serves nothing else."""
+    _plant_raw(cache_dir, {'evil': payload()})
+    cache = dc.Cache(cache_dir, disk=dc.SafeDisk)
+    try:
+        with pytest.raises(dc.UnsafePickleError):
+            cache.get('evil')
+    finally:
+        cache.close()
 
 
 def _plant_refused(cache_dir, cache_class, **settings):
