@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import fractions
+import ipaddress
 import json
 import os
 import sqlite3
@@ -58,7 +58,7 @@ def cache_path(tmp_path: Path) -> Path:
         cache.set(b'raw', [1, 2])
         cache.set(1.5, 'float key')
         cache.set('big', BIG, tag='greeting')
-        cache.set('fraction', fractions.Fraction(1, 3), tag=42)
+        cache.set('address', ipaddress.IPv4Address('192.0.2.1'), tag=42)  # not on the allow-list
         cache.set('gone', 'old', expire=-1)
         assert cache.get('text') == 'hello'
         assert cache.get('missing') is None
@@ -112,12 +112,12 @@ def test_reading_commands_write_nothing(cache_path):
 def test_keys(cache_path):
     result = run('keys', cache_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["'text'", '7', "b'raw'", '1.5', "'big'", "'fraction'"]
+    assert result.stdout.splitlines() == ["'text'", '7', "b'raw'", '1.5', "'big'", "'address'"]
     assert run('keys', cache_path, '--limit', '2').stdout.splitlines() == ["'text'", '7']
     assert run('keys', cache_path, '--limit', '0').stdout == ''
     assert run('keys', cache_path, '--tag', 'greeting').stdout.splitlines() == ["'text'", "'big'"]
     assert run('keys', cache_path, '--tag', '42', '--tag-type', 'int').stdout.splitlines() == [
-        "'fraction'"
+        "'address'"
     ]
     assert "'gone'" in run('keys', cache_path, '--expired').stdout.splitlines()
 
@@ -140,7 +140,7 @@ def test_keys_json(cache_path):
         {'type': 'bytes', 'hex': b'raw'.hex()},
         {'type': 'float', 'value': 1.5},
         {'type': 'str', 'value': 'big'},
-        {'type': 'str', 'value': 'fraction'},
+        {'type': 'str', 'value': 'address'},
     ]
     assert listed[0]['tag'] == {'type': 'str', 'value': 'greeting'}
     assert listed[1]['tag'] == {'type': 'none', 'value': None}
@@ -211,13 +211,13 @@ def test_get_bad_key_text_is_a_usage_error(cache_path):
 
 
 def test_get_refuses_unsafe_pickles_unless_told(cache_path):
-    refused = run('get', cache_path, 'fraction')
+    refused = run('get', cache_path, 'address')
     assert refused.returncode == 3
-    assert 'refusing to unpickle fractions.Fraction' in refused.stderr
+    assert 'refusing to unpickle ipaddress.IPv4Address' in refused.stderr
     assert '--disk pickle' in refused.stderr
-    allowed = run('get', cache_path, 'fraction', '--disk', 'pickle')
+    allowed = run('get', cache_path, 'address', '--disk', 'pickle')
     assert allowed.returncode == 0, allowed.stderr
-    assert allowed.stdout == repr(fractions.Fraction(1, 3)) + '\n'
+    assert allowed.stdout == repr(ipaddress.IPv4Address('192.0.2.1')) + '\n'
 
 
 def test_delete(cache_path):
@@ -529,39 +529,39 @@ def test_keys_text_output_tells_key_types_apart(tmp_path):
 
 
 def test_allow_type_extends_safedisks_allow_list(cache_path):
-    refused = run('get', cache_path, 'fraction')
+    refused = run('get', cache_path, 'address')
     assert refused.returncode == 3
-    assert '--allow-type fractions.Fraction' in refused.stderr
-    for args in (['get', cache_path, 'fraction', '--allow-type', 'fractions.Fraction'],
-                 ['--allow-type', 'fractions.Fraction', 'get', cache_path, 'fraction'],
-                 ['get', cache_path, 'fraction', '--allow-type', 'fractions:Fraction']):
+    assert '--allow-type ipaddress.IPv4Address' in refused.stderr
+    for args in (['get', cache_path, 'address', '--allow-type', 'ipaddress.IPv4Address'],
+                 ['--allow-type', 'ipaddress.IPv4Address', 'get', cache_path, 'address'],
+                 ['get', cache_path, 'address', '--allow-type', 'ipaddress:IPv4Address']):
         allowed = run(*args)
         assert allowed.returncode == 0, allowed.stderr
-        assert allowed.stdout == repr(fractions.Fraction(1, 3)) + '\n'
+        assert allowed.stdout == repr(ipaddress.IPv4Address('192.0.2.1')) + '\n'
     # Given on both sides of the command, both lists count.
-    both = run('--allow-type', 'decimal.Decimal', 'get', cache_path, 'fraction',
-               '--allow-type', 'fractions.Fraction', '--json')
+    both = run('--allow-type', 'decimal.Decimal', 'get', cache_path, 'address',
+               '--allow-type', 'ipaddress.IPv4Address', '--json')
     assert both.returncode == 0, both.stderr
-    assert json.loads(both.stdout)['value']['class'] == 'fractions.Fraction'
+    assert json.loads(both.stdout)['value']['class'] == 'ipaddress.IPv4Address'
 
 
 @pytest.mark.parametrize(
     ('option', 'message'),
     [
-        ('fractions.Nope', 'fractions has no Nope'),
+        ('ipaddress.Nope', 'ipaddress has no Nope'),
         ('no_such_module.Thing', 'no such module'),
         ('os.path.join', 'not a class'),
-        ('Fraction', 'no such module'),
+        ('IPv4Address', 'no such module'),
     ],
 )
 def test_allow_type_bad_names_are_usage_errors(cache_path, option, message):
-    result = run('get', cache_path, 'fraction', '--allow-type', option)
+    result = run('get', cache_path, 'address', '--allow-type', option)
     assert result.returncode == 2
     assert message in result.stderr
 
 
 def test_allow_type_needs_safedisk(cache_path):
-    result = run('get', cache_path, 'text', '--disk', 'pickle', '--allow-type', 'fractions.Fraction')
+    result = run('get', cache_path, 'text', '--disk', 'pickle', '--allow-type', 'ipaddress.IPv4Address')
     assert result.returncode == 2
     assert '--allow-type applies to --disk safe only' in result.stderr
 
