@@ -507,11 +507,10 @@ class ListenerThread(threading.Thread):
             pause = _RETRY_PAUSE if time.monotonic() - started > _MAX_PAUSE else min(
                 pause * 2, _MAX_PAUSE
             )
-            if not self._stop_event.is_set() and (skipped := deaths.allow()) is not None:
-                _LOG.warning(
-                    "the listener process of %r exited (status %s); another starts in %.1f s%s",
+            if not self._stop_event.is_set():
+                deaths.warn(
+                    _LOG, "the listener process of %r exited (status %s); another starts in %.1f s",
                     self._directory, child.returncode, pause,
-                    f" ({skipped} more exits not reported before it)" if skipped else "",
                 )
             if not self._stop_event.is_set():
                 self._stop_event.wait(pause)

@@ -50,6 +50,16 @@ class RateLimit:
         skipped, self._skipped = self._skipped, 0
         return skipped
 
+    def warn(self, log: logging.Logger, message: str, *args: object) -> None:
+        """``log.warning(message, *args)`` unless rate-limited; the events left unsaid since
+        the last line are counted at the end of this one."""
+        skipped = self.allow()
+        if skipped is None:
+            return
+        if skipped:
+            message, args = message + " (%d more not reported before it)", (*args, skipped)
+        log.warning(message, *args)
+
 
 class Outage:
     """Whether something (a Redis server, a listener's lease) is reachable, as this process sees
@@ -115,13 +125,9 @@ _lost_files = RateLimit()
 def lost_file(path: str, serving: str) -> None:
     """A mapped coherence file (`path`) found shrunk or replaced while open: one WARNING (rate
     limited) saying what is not served meanwhile (`serving`)."""
-    skipped = _lost_files.allow()
-    if skipped is not None:
-        more = f" ({skipped} more such events since the last report)" if skipped else ""
-        MEMORY.warning(
-            "%s was shrunk or replaced while open: %s until it is mapped anew%s",
-            path, serving, more,
-        )
+    _lost_files.warn(
+        MEMORY, "%s was shrunk or replaced while open: %s until it is mapped anew", path, serving
+    )
 
 
 _outages: dict[tuple[str, str], Outage] = {}

@@ -70,13 +70,9 @@ def _report(disk: Any, name: str, exc: Exception) -> None:
 def _log_not_removed(name: str, exc: Exception) -> None:
     """A WARNING that a released value file stays (check(fix=True) removes it), at most one
     a minute (the others counted into the next)."""
-    skipped = _NOT_REMOVED.allow()
-    if skipped is not None:
-        more = f"; {skipped} more files not removed before it" if skipped else ""
-        _LOG.warning(
-            "value file %r could not be removed (%r): it stays until check(fix=True)%s",
-            name, exc, more,
-        )
+    _NOT_REMOVED.warn(
+        _LOG, "value file %r could not be removed (%r): it stays until check(fix=True)", name, exc
+    )
 
 
 class _Reaper:
