@@ -111,7 +111,7 @@ def _count_remote_reads() -> list[int]:
     Counted here rather than from Redis's INFO: the listener's refresher (in its own process)
     also reads from Redis, to renew copies, and its reads are not gets the workers waited for.
     They still show in the row's Redis commands per operation."""
-    from diskcache_core import _remote
+    from diskcache_core._remote import client as _remote
 
     counter = [0]
     plain_get = _remote.RemoteStore.get

@@ -7,11 +7,11 @@ beside it. Safe across threads and processes, with no server to run.
 import importlib as _importlib
 import typing as _typing
 
-from ._cache import Cache
-from ._disk import ENOVAL, UNKNOWN, Disk, JSONDisk
-from ._safedisk import SafeDisk
-from ._defaultdisk import configure, default_disk
-from ._fanout import FanoutCache, FanoutStats
+from ._cache.cache import Cache
+from ._disk.disk import ENOVAL, UNKNOWN, Disk, JSONDisk
+from ._disk.safedisk import SafeDisk
+from ._disk.default import configure, default_disk
+from ._fanout.fanout import FanoutCache, FanoutStats
 from ._errors import (
     DatabaseError,
     DiskCacheError,
@@ -30,12 +30,12 @@ from ._errors import (
     UnsafePickleError,
     UnsafeValueFileError,
 )
-from ._memo import Memoized, memoize_stampede
-from ._memory import MemoryStats
-from ._persistent import Deque, Index
-from ._ratelimit import Averager, throttle
-from ._recipes import BoundedSemaphore, Lock, RLock, barrier
-from ._schema import EVICTION_POLICY
+from ._recipes.memo import Memoized, memoize_stampede
+from ._memory.tier import MemoryStats
+from ._collections.persistent import Deque, Index
+from ._recipes.ratelimit import Averager, throttle
+from ._recipes.locks import BoundedSemaphore, Lock, RLock, barrier
+from ._store.schema import EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
 if _typing.TYPE_CHECKING:

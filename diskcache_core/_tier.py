@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._memory import Entry, Fill
+from ._memory.tier import Entry, Fill
 
 __all__ = ["NearTier"]
 
@@ -58,7 +58,7 @@ class NearTier(Protocol):
 
 
 if TYPE_CHECKING:
-    from ._memory import MemoryTier
+    from ._memory.tier import MemoryTier
 
     def _memory_tier_is_a_near_tier(tier: MemoryTier) -> NearTier:
         return tier  # checked by mypy: MemoryTier implements the interface

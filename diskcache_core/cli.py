@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import __version__
-from ._cache import Cache
-from ._cli_caches import NotACacheError, find_shard_directories, open_shards
-from ._cli_commands import (
+from ._cache.cache import Cache
+from ._cli.caches import NotACacheError, find_shard_directories, open_shards
+from ._cli.commands import (
     COMMANDS,
     EXIT_ERROR,
     EXIT_OK,
@@ -38,14 +38,14 @@ from ._cli_commands import (
     CommandError,
     parse_setting_value,
 )
-from ._cli_doctor import run_doctor
-from ._cli_output import Output
-from ._cli_remote import run_remote
-from ._disk import Disk, JSONDisk
+from ._cli.doctor import run_doctor
+from ._cli.output import Output
+from ._cli.remote import run_remote
+from ._disk.disk import Disk, JSONDisk
 from ._arguments import check_timeout
 from ._errors import DiskCacheError, Timeout, UnsafePickleError
-from ._remotewords import REMOTE_FILE
-from ._safedisk import SafeDisk
+from ._remote.stamps import REMOTE_FILE
+from ._disk.safedisk import SafeDisk
 
 __all__ = [
     "COMMANDS",

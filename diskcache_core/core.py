@@ -4,8 +4,8 @@ An alias for code that imports python-diskcache's modules by path; new code impo
 ``diskcache_core`` itself.
 """
 
-from ._cache import Cache
-from ._disk import (
+from ._cache.cache import Cache
+from ._disk.disk import (
     ENOVAL,
     MODE_BINARY,
     MODE_NONE,
@@ -18,9 +18,9 @@ from ._disk import (
     JSONDisk,
 )
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
-from ._memokeys import args_to_key
-from ._recipes import full_name
-from ._schema import DBNAME, EVICTION_POLICY
+from ._recipes.memokeys import args_to_key
+from ._recipes.locks import full_name
+from ._store.schema import DBNAME, EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
 #: python-diskcache's counters rows and their initial values (its ``diskcache.core.METADATA``).

@@ -22,9 +22,9 @@ version = release = diskcache_core.__version__
 
 # --- public paths only -----------------------------------------------------------------------
 # The reference documents the names of diskcache_core's namespace; the modules behind them
-# (diskcache_core._cache, ...) are private, and no page may name them (tests/test_docs.py).
+# (diskcache_core._cache.cache, ...) are private, and no page may name them (tests/test_docs.py).
 # autodoc names a class in a signature or a base list by the private module it is defined in
-# (diskcache_core._cache.Cache): `_public_targets` points such references at the public path.
+# (diskcache_core._cache.cache.Cache): `_public_targets` points such references at the public path.
 PUBLIC_NAMES = frozenset(diskcache_core.__all__)
 _PRIVATE_TARGET = re.compile(r"^diskcache_core\._[a-z_]+\.(\w+)$")
 

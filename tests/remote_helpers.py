@@ -101,7 +101,7 @@ def staleness_writer(directory, options, key, count, done, results, pause=0.002)
 
 def hold_lock(directory, options, key, lease, ready):
     """Hold a Lock without expire (a remote lease of `lease` seconds, renewed) until killed."""
-    from diskcache_core import _leases
+    from diskcache_core._recipes import leases as _leases
 
     _leases.REMOTE_LEASE = lease
     cache = open_cache(directory, options)

@@ -197,7 +197,7 @@ def test_bookkeeping_of_deleted_item_is_harmless(make_store):
 def test_reads_after_an_idle_miss_still_reach_the_database_without_close(make_store):
     # A miss records nothing under LRU without statistics; it must not leave the batch marked
     # as scheduled, or hits after the background writer went idle would never be written.
-    from diskcache_core import _access
+    from diskcache_core._eviction import access as _access
 
     cache = make_store(eviction_policy='least-recently-used')
     cache.set('k', 1)
@@ -219,7 +219,7 @@ def test_a_large_batch_is_written_in_parts_and_a_failed_part_is_kept(make_store,
     """The access log is written `_FLUSH_BATCH` keys per transaction (the write lock is never
     held for the whole batch); a part that fails goes back to the log, with every part after
     it, and is written by the next flush; the parts before it are not written twice."""
-    from diskcache_core import _eviction
+    from diskcache_core._eviction import evictor as _eviction
 
     monkeypatch.setattr(_eviction, '_FLUSH_BATCH', 40)
     cache = make_store(eviction_policy='least-frequently-used', statistics=True)
@@ -365,7 +365,7 @@ def test_a_million_distinct_reads_keep_what_waits_within_the_bound(make_store, s
     the GIL that writer needs for every row): the old log kept them all, a million keys and
     hundreds of MiB. Now no more than MAX_PENDING keys wait, and every read is accounted for:
     written by close() at the latest, or counted as dropped."""
-    from diskcache_core import _access
+    from diskcache_core._eviction import access as _access
 
     reads = 1_000_000
     cache = make_store(memory_size_limit=0, **settings)
@@ -389,7 +389,7 @@ def test_reads_while_another_connection_holds_the_write_lock_are_bounded(
 ):
     """Neither the background writer nor the reader can write: the reader drops the oldest keys
     at MAX_PENDING (the old log gave every failed batch back, and grew with each read)."""
-    from diskcache_core import _access
+    from diskcache_core._eviction import access as _access
 
     reads = 3 * _access.MAX_PENDING
     cache = make_store(memory_size_limit=0, **settings)
@@ -415,7 +415,8 @@ def test_with_no_background_writer_the_reader_writes_the_oldest_keys_itself(
     """The writer falls behind entirely (here: it never runs): at MAX_PENDING the reading
     thread writes the keys noted longest ago itself, so nothing is dropped and what the database
     holds is exactly the oldest reads."""
-    from diskcache_core import _access, _eviction
+    from diskcache_core._eviction import access as _access
+    from diskcache_core._eviction import evictor as _eviction
 
     monkeypatch.setattr(_eviction, 'schedule_flush', lambda cache: None)
     reads = 3 * _access.MAX_PENDING
@@ -444,7 +445,8 @@ def test_overwrites_and_incr_keep_what_waits_within_the_bound(
 ):
     """The bound holds for every kind of note: an overwrite's store-time refresh and an incr's
     use (bounds lowered, so that writes one transaction each reach them quickly)."""
-    from diskcache_core import _access, _eviction
+    from diskcache_core._eviction import access as _access
+    from diskcache_core._eviction import evictor as _eviction
 
     monkeypatch.setattr(_access, 'FLUSH_SIZE', 100)
     monkeypatch.setattr(_access, 'MAX_PENDING', 300)
@@ -469,7 +471,8 @@ def test_at_the_bound_inside_a_transaction_the_oldest_keys_are_dropped_not_writt
 ):
     """A write of the reader's own would join the caller's transaction (and a failure of it
     would undo the caller's block): inside one, the oldest keys are dropped instead."""
-    from diskcache_core import _access, _eviction
+    from diskcache_core._eviction import access as _access
+    from diskcache_core._eviction import evictor as _eviction
 
     monkeypatch.setattr(_access, 'FLUSH_SIZE', 100)
     monkeypatch.setattr(_access, 'MAX_PENDING', 300)

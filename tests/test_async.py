@@ -14,7 +14,7 @@ import pytest
 
 import diskcache_core
 from diskcache_core import Timeout
-from diskcache_core._async import AsyncCacheMixin, AsyncDataMixin, run_sync
+from diskcache_core._cache.awaitable import AsyncCacheMixin, AsyncDataMixin, run_sync
 
 from store_helpers import WriteLockHolder
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import pytest
 
 from diskcache_core import Cache, Deque, FanoutCache, Index, memoize_stampede
-from diskcache_core._fanout import MAX_SHARDS
+from diskcache_core._fanout.fanout import MAX_SHARDS
 
 ROOT = Path(__file__).resolve().parent.parent
 NAN = float("nan")

@@ -14,7 +14,7 @@ import pytest
 from store_helpers import value_files
 
 import diskcache_core as dc
-from diskcache_core import _checkpointer
+from diskcache_core._store import checkpointer as _checkpointer
 
 VALUE = b'v' * 10_000  # inline (below disk_min_file_size): three pages of the database each
 POLLS = 1000  # bounded waits for the background thread: at most POLLS * 10 ms

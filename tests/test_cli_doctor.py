@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import diskcache_core as dc
-from diskcache_core import _cli_doctor, cli
+from diskcache_core import cli
+from diskcache_core._cli import doctor as _cli_doctor
 
 from redis_servers import RedisTestServer, redis_missing
 from test_cli import ROOT, run
@@ -319,7 +320,7 @@ def test_an_unreachable_redis_is_an_error_with_status_3(near):
 
 
 def test_redis_before_6_2_is_an_error(monkeypatch):
-    import diskcache_core._remote as remote
+    import diskcache_core._remote.client as remote
 
     class Old:
         url = "redis://old"

@@ -20,7 +20,8 @@ def _open_fds() -> int:
     """This process's open descriptors, counted when the library's background threads hold
     none for a moment: no checkpoint round in flight (its connection opens three), and no
     released file of an earlier test still being removed."""
-    from diskcache_core import _checkpointer, _reaper
+    from diskcache_core._store import checkpointer as _checkpointer
+    from diskcache_core._store import reaper as _reaper
 
     _reaper.drain()
     with _checkpointer._checkpointer.busy:
@@ -190,7 +191,7 @@ def test_threads_go_on_after_another_thread_closes(tmp_path: Path) -> None:
 def test_a_remover_thread_that_cannot_start_costs_no_write_and_no_hang(tmp_path, monkeypatch):
     import threading
 
-    from diskcache_core import _reaper
+    from diskcache_core._store import reaper as _reaper
 
     monkeypatch.setattr(_reaper, "_reaper", _reaper._Reaper())  # no remover thread yet
     start = threading.Thread.start

@@ -118,7 +118,7 @@ def test_iterkeys_of_a_tag_in_insertion_order(tmp_path, tag_index, reverse):
 
 def test_iterkeys_of_a_tag_uses_the_tag_index(tmp_path):
     with dc.Cache(str(tmp_path), tag_index=True) as cache:
-        from diskcache_core import _schema
+        from diskcache_core._store import schema as _schema
 
         plan = cache._sql("EXPLAIN QUERY PLAN " + _schema.TAGGED_KEYS[0], ("t", 0, 100))
         assert any("Cache_tag_rowid" in str(row) for row in plan)
@@ -260,7 +260,7 @@ def test_with_types_allows_the_types_and_modules_given(tmp_path):
 
 @pytest.fixture
 def no_default(monkeypatch):
-    from diskcache_core import _defaultdisk
+    from diskcache_core._disk import default as _defaultdisk
 
     for name in ("DISKCACHE_DISK", "DISKCACHE_SAFE_TYPES", "DISKCACHE_SAFE_MODULES"):
         monkeypatch.delenv(name, raising=False)
@@ -288,7 +288,7 @@ def test_configure_sets_the_disk_of_caches_made_without_one(tmp_path, no_default
 
 
 def test_the_environment_selects_the_default_disk(tmp_path, no_default, monkeypatch):
-    from diskcache_core import _defaultdisk
+    from diskcache_core._disk import default as _defaultdisk
 
     def selected(**environment):
         for name, value in environment.items():

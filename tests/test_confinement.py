@@ -24,7 +24,8 @@ import pytest
 from store_helpers import category_of, connect, item_table, warning_text
 
 import diskcache_core as dc
-from diskcache_core import _reaper, _valuefiles
+from diskcache_core._store import reaper as _reaper
+from diskcache_core._disk import valuefiles as _valuefiles
 from diskcache_core._errors import DiskFullError
 
 BIG = 100_000  # above the default 32 KiB disk_min_file_size: stored in a value file

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import diskcache_core as dc
-from diskcache_core import _schema
+from diskcache_core._store import schema as _schema
 
 SPAWN = multiprocessing.get_context('spawn')
 

@@ -186,7 +186,7 @@ class RefusingRemoveDisk(dc.Disk):
 def test_a_disk_whose_remove_raises_stops_no_later_removal(tmp_path):
     # An exception other than OSError ended the process's file-remover thread: every later
     # drain (close, clear, expire, check) waited for ever, and released files stayed.
-    from diskcache_core import _reaper
+    from diskcache_core._store import reaper as _reaper
 
     RefusingRemoveDisk.refusals = 0
     refusing = dc.Cache(str(tmp_path / 'refusing'), disk=RefusingRemoveDisk)

@@ -22,7 +22,7 @@ import pytest
 
 import diskcache_core
 from diskcache_core import FanoutCache, JSONDisk
-from diskcache_core._fanout import placement_hash
+from diskcache_core._fanout.fanout import placement_hash
 
 import fanout_helpers
 
@@ -601,7 +601,7 @@ def test_a_directory_another_opener_makes_between_two_looks_is_used(tmp_path, mo
     failed the concurrent first opens above now and then)."""
     import os.path
 
-    from diskcache_core import _directories
+    from diskcache_core._disk import directories as _directories
 
     made = tmp_path / 'c' / '000'
     made.mkdir(parents=True)

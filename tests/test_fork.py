@@ -335,7 +335,7 @@ def test_a_child_forked_while_a_sub_collection_opens_can_open_one(tmp_path):
 
 
 def test_a_child_forked_while_a_worker_thread_marks_a_task_can_await_and_close(cache_dir):
-    from diskcache_core import _workers
+    from diskcache_core._store import workers as _workers
 
     cache = dc.Cache(cache_dir)
     cache.set("x", 1)

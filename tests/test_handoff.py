@@ -13,7 +13,8 @@ import pytest
 from store_helpers import wait_until
 
 import diskcache_core as dc
-from diskcache_core import _handoff, _store
+from diskcache_core._store import handoff as _handoff
+from diskcache_core._store import store as _store
 
 SPAWN = multiprocessing.get_context("spawn")
 

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("redis")
 
 import diskcache_core as dc  # noqa: E402
-from diskcache_core._listenerchild import (  # noqa: E402
+from diskcache_core._remote.listenerprocess import (  # noqa: E402
     _BATCH,
     _PIPE_BUF,
     _TRIES,
@@ -110,7 +110,7 @@ def test_the_listener_process_without_its_settings_ends_quietly(settings):
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     ended = subprocess.run(
-        [sys.executable, "-m", "diskcache_core._listenerchild"], input=settings,
+        [sys.executable, "-m", "diskcache_core._remote.listenerprocess"], input=settings,
         capture_output=True, env=env, timeout=60,
     )
     assert (ended.returncode, ended.stderr) == (0, b"")

@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 from diskcache_core import Cache, Disk, FanoutCache, RemoteUnavailableError
-from diskcache_core import _log, _reaper
+from diskcache_core import _log
+from diskcache_core._store import reaper as _reaper
 
 from redis_servers import RedisTestServer, redis_missing
 

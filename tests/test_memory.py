@@ -1,4 +1,4 @@
-"""The memory tier (``_memory.py``): hits from memory, exact invalidation by every kind of write
+"""The memory tier (``_memory/tier.py``): hits from memory, exact invalidation by every kind of write
 (in this process and from another one), expiry, transactions, bounds, settings, fork, read-only
 media and the version file.
 
@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import pytest
 
 import diskcache_core as dc
-from diskcache_core import _memory
+from diskcache_core._memory import tier as _memory
 
 KIB = 1024
 VERSIONS = 'cache.db-versions'

@@ -1,4 +1,4 @@
-"""Sampling of a memory tier that rarely answers (``_memory.py``, "Sampling").
+"""Sampling of a memory tier that rarely answers (``_memory/tier.py``, "Sampling").
 
 When fewer than one get in 32 is answered from memory, most gets skip the tier: a lookup that
 cannot hit costs a few tenths of a microsecond of CPU cache misses. One get in eight still looks
@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 import diskcache_core as dc
-from diskcache_core import _memory
+from diskcache_core._memory import tier as _memory
 
 ITEMS = 5_000
 

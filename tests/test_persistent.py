@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import diskcache_core as dc
-from diskcache_core import _reaper
-from diskcache_core._persistent import Deque, Index
+from diskcache_core._store import reaper as _reaper
+from diskcache_core._collections.persistent import Deque, Index
 
 INF = float('inf')
 BIG = b'x' * 100_000  # stored in a value file, not inline

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from diskcache_core._persistent import Deque, Index
+from diskcache_core._collections.persistent import Deque, Index
 
 SPAWN = multiprocessing.get_context('spawn')
 PRODUCERS = 4

@@ -15,7 +15,7 @@ import pytest
 
 import diskcache_core
 from diskcache_core import Averager, BoundedSemaphore, Lock, RLock, barrier, throttle
-from diskcache_core._recipes import backoff_delays
+from diskcache_core._recipes.locks import backoff_delays
 
 import memo_helpers
 

@@ -198,7 +198,7 @@ def test_the_listener_renews_copies_of_changed_items(hosts, refresh):
 
 
 def test_remote_names_decode_to_their_keys():
-    from diskcache_core._remoteform import decode_key, encode_key
+    from diskcache_core._remote.form import decode_key, encode_key
 
     for db_key, raw in (("text é", True), (b"\x00b", True), (7, True), (-(2**80), True),
                         (1.5, True), (float("inf"), True), (b"pickled", False)):
@@ -369,7 +369,7 @@ def test_no_redis_import_without_a_remote(tmp_path):
         f"c = d.Cache({str(tmp_path / 'c')!r}); c.set('k', 1); c.get('k');"
         f"f = d.FanoutCache({str(tmp_path / 'f')!r}); f.set('k', 1);"
         "assert 'redis' not in sys.modules, 'redis imported';"
-        "assert 'diskcache_core._remotetier' not in sys.modules"
+        "assert 'diskcache_core._remote.tier' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -859,9 +859,9 @@ def test_redis_drops_an_item_before_a_host_reads_it_as_expired(hosts, server):
 def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
     tmp_path, url, prefix, server, monkeypatch
 ):
-    from diskcache_core import _listener
-    from diskcache_core._remote import RemoteStore
-    from diskcache_core._remotewords import RemoteWords
+    from diskcache_core._remote import listener as _listener
+    from diskcache_core._remote.client import RemoteStore
+    from diskcache_core._remote.stamps import RemoteWords
 
     monkeypatch.setattr(_listener, "_PING_EVERY", 3600.0)  # only the closed socket can tell
     errors: list[BaseException] = []
@@ -910,9 +910,9 @@ def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
 def test_the_listener_listens_on_descriptors_past_1024(tmp_path, url, prefix):
     import resource
 
-    from diskcache_core._listener import Listener
-    from diskcache_core._remote import RemoteStore
-    from diskcache_core._remotewords import RemoteWords
+    from diskcache_core._remote.listener import Listener
+    from diskcache_core._remote.client import RemoteStore
+    from diskcache_core._remote.stamps import RemoteWords
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 1200
@@ -944,7 +944,7 @@ def test_a_lease_further_ahead_than_one_renewal_serves_no_copy(tmp_path, url, pr
     could not renew it, and copies would be served for as long as the step)."""
     import types
 
-    from diskcache_core import _remotetier
+    from diskcache_core._remote import tier as _remotetier
 
     cache = Cache(str(tmp_path), remote=url, remote_prefix=prefix)
     try:
@@ -984,7 +984,7 @@ def test_a_process_leaving_before_handing_its_listener_the_settings_prints_nothi
         "class Leaving(real):\n"
         "    def __init__(self, argv, *args, **kwargs):\n"
         "        super().__init__(argv, *args, **kwargs)\n"
-        "        if 'diskcache_core._listenerchild' in argv:\n"
+        "        if 'diskcache_core._remote.listenerprocess' in argv:\n"
         "            os._exit(0)  # the listener process is started, its settings not written\n"
         "subprocess.Popen = Leaving\n"
         "diskcache_core.Cache(sys.argv[1], remote=sys.argv[2], remote_prefix=sys.argv[3])\n"

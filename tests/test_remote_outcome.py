@@ -24,7 +24,7 @@ from diskcache_core import (
     RemoteOutcomeUnknownError,
     RemoteUnavailableError,
 )
-from diskcache_core import _leases
+from diskcache_core._recipes import leases as _leases
 
 import remote_helpers as helpers
 from redis_servers import RedisTestServer, redis_missing

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import diskcache_core as dc
-from diskcache_core._connections import RECHECK_INTERVAL
+from diskcache_core._store.connections import RECHECK_INTERVAL
 
 
 def past_the_interval() -> None:

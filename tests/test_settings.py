@@ -651,7 +651,7 @@ def test_settings_writes_wait_for_the_lock_a_bounded_time_then_raise_timeout(tmp
     # _sql): a process holding the write lock, stopped, held them for ever.
     import threading
 
-    from diskcache_core import _cachebase
+    from diskcache_core._cache import base as _cachebase
 
     monkeypatch.setattr(_cachebase, "SETTINGS_WAIT", 0.3)  # (60 s: python-diskcache's wait)
     cache = dc.Cache(str(tmp_path / "c"), timeout=0.05)

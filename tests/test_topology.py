@@ -4,7 +4,7 @@ runs the listener against a real cluster whose topology changes.)"""
 
 from __future__ import annotations
 
-from diskcache_core._topology import Topology
+from diskcache_core._remote.topology import Topology
 
 # Node ids shortened; the fields as Redis 7 writes them.
 STEADY = b"""\

@@ -22,8 +22,8 @@ from django.core import checks
 from django.utils.module_loading import import_string
 
 from .._errors import DatabaseError, DiskCacheError
-from .._layout import check_shard_count, read_layout, shard_name
-from .._schema import DBNAME
+from .._fanout.layout import check_shard_count, read_layout, shard_name
+from .._store.schema import DBNAME
 from ._django_options import Problem, given_shards, location, read_entry
 
 __all__ = ["CHECK_IDS", "MOUNTS", "NETWORK_FILESYSTEMS", "check_caches", "filesystem_type"]

@@ -26,8 +26,8 @@ from django.utils.module_loading import import_string
 
 from .. import ENOVAL, DiskCacheError, Disk, FanoutCache
 from .._arguments import check_timeout
-from .._disk import check_disk_class
-from .._layout import check_shard_count
+from .._disk.disk import check_disk_class
+from .._fanout.layout import check_shard_count
 from .._settings import known_setting, setting_names, validate_setting, validate_settings
 
 __all__ = [

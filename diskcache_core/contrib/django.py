@@ -57,10 +57,10 @@ from django.core.cache.backends.base import (
 
 from .. import ENOVAL, Cache, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
-from .._async import run_sync
-from .._memo import MemoizeDecorator, Memoized
-from .._memo import memoize as _memoize
-from .._shards import ItemTooLargeError
+from .._cache.awaitable import run_sync
+from .._recipes.memo import MemoizeDecorator, Memoized
+from .._recipes.memo import memoize as _memoize
+from .._fanout.shards import ItemTooLargeError
 from ._django_checks import check_caches
 from ._django_options import CacheEntry, checked_entry, shared_fanout
 

@@ -1,0 +1,518 @@
+"""Cache: the facade — argument checks, result shapes, and the one read path and the one write
+path through the parts that `CacheBase` composes (Store, MemoryTier, Evictor, Disk).
+
+Hot-path shape (see ARCHITECTURE.md, Speed principles):
+- a get is one constant SELECT on this thread's connection — never a write, whatever the
+  eviction policy or statistics (those are batched by the Evictor's access log);
+- set, add, delete, pop, touch and most incr calls are one autocommit statement;
+- a get the memory tier answers is a dict lookup and one shared-word comparison, inline here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from typing import Any, Callable, Iterator
+
+from .._store import schema as sql
+from .._arguments import (
+    check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
+)
+from .awaitable import AsyncCacheMixin
+from .base import CacheBase
+from .._disk.disk import ENOVAL, MODE_RAW, Disk
+from .._errors import RemoteUnsupportedError, Timeout
+from .._eviction.evictor import STORE_TIME_BATCHED
+from .getforms import typed_get
+from .counters import check_delta, increment
+from .iteration import KeyIteration
+from .._recipes.memo import typed_memoize
+from .._recipes.memo import memoize as _memoize
+from .._memory.tier import ABSENT
+from .queue import GONE
+from .._store.rows import raise_decode_error, reads_as_miss
+from .._store.store import MIN_WRITE_CHARGE, Store
+
+__all__ = ["Cache"]
+
+_FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
+_SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
+    sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
+)
+
+
+def _serialize(
+    store: Store, disk: Disk, value: Any, read: bool, key: Any
+) -> tuple[int, int, str | None, Any]:
+    """``disk.store``; where the cache directory was removed while open (no value file can be
+    made), once more after the store made it anew (not for a stream: it is not read twice)."""
+    try:
+        return disk.store(value, read, key=key)
+    except FileNotFoundError:
+        if read or not store.follow_removed_directory():
+            raise
+        return disk.store(value, read, key=key)
+
+
+def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
+    """Under ``on_error='miss'``, for an entry `exc` says is unreadable: delete `row` (key,
+    raw, mode, filename, value) if it is still the one read (not on a read-only cache, nor when
+    the lock is busy: a later read tries again), and return True: the caller reads a miss."""
+    if not reads_as_miss(cache._store, cache.disk, exc):
+        return False
+    if not cache.read_only:
+        try:
+            cache._store.write(sql.DELETE_UNREADABLE, row, False)
+        except Timeout:
+            pass
+    return True
+
+
+class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
+    """Disk and file backed cache: one SQLite database and the value files beside it.
+
+    With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
+    them: every item operation goes through the remote tier (:doc:`remote`).
+    """
+
+    @typed_memoize
+    def memoize(
+        self, name: str | Callable[..., Any] | None = None, typed: bool = False,
+        expire: float | None = None, tag: Any = None, ignore: Any = (), *, key: Any = None,
+        should_cache: Any = None,
+    ) -> Any:
+        """Decorator: remember the function's results in this cache, keyed by its arguments.
+
+        Works on functions, methods and ``async def`` functions, with or without parentheses
+        (``@cache.memoize``: the default options); ``expire=0`` looks results up but never
+        stores them. One implementation for every cache type:
+        all options are described in :doc:`memoize`.
+        """
+        return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    @typed_get
+    def get(
+        self,
+        key: Any,
+        default: Any = None,
+        read: bool = False,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+        store_time: bool = False,
+    ) -> Any:
+        """Return the value for `key`, or `default` when it is missing or expired.
+
+        :param read: return bytes values as a binary file object
+        :param expire_time: also return the expire time, as a tuple
+        :param tag: also return the tag, as a tuple
+        :param retry: keep retrying a read the database keeps busy (else Timeout after the
+            cache's timeout; reads wait for writers only during WAL recovery)
+        :param store_time: also return the time the item was stored (last in the tuple, after
+            the expire time and tag asked for; None for a missing key), as diskcache-community
+            does. Under eviction policies other than least-recently-stored an overwrite keeps
+            the first store time (:doc:`migrating`).
+        """
+        if self._remote is not None:
+            if store_time:
+                raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
+            return self._remote.get(key, default, read, expire_time, tag)
+        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
+        refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
+        plain = False  # the key is its own database key (the standard Disk's str and bytes)
+        if memory is None:
+            memory = self._memory
+            if memory is not None and not read:  # sampled: the tier rarely answers, skipped
+                memory.misses += 1
+                memory.skip -= 1
+                if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
+                    self._lookups = memory  # the next get looks it up
+        elif not (read or expire_time or tag or store_time):
+            # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
+            # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
+            kind = type(key)
+            if (kind is str or kind is bytes) and memory.plain_keys:
+                map_key = key
+                plain = True
+            else:
+                map_key = memory.key_for(key)
+            entries = memory.entries
+            entry = entries.get(map_key)
+            if entry is None:
+                # MemoryTier.begin_fill's commonest answer, inline (it runs on every miss of a
+                # key the tier does not hold): a key not seen lately is noted, not filled.
+                seen = hash(map_key)
+                recent = memory.recent
+                if seen not in recent:
+                    memory.misses += 1
+                    if memory.hits + memory.misses >= memory.forget_at:
+                        memory.forget_recent()
+                    recent.add(seen)
+                    refill = False
+                    if memory.gap:
+                        following = memory.sampled_miss()
+                        if memory is self._memory:  # (not turned off meanwhile)
+                            self._lookups = following
+            elif memory.words[entry.word] == entry.tag:
+                expires = entry.expire_time
+                if expires is None or expires > time.time():
+                    memory.hits += 1
+                    try:
+                        entries.move_to_end(map_key)
+                    except KeyError:  # evicted by another thread just now
+                        pass
+                    mode = entry.fetch_mode
+                    if self._evictor.tracks_reads:
+                        self._evictor.note_read(
+                            entry.db_key, entry.raw, mode is not ABSENT, time.time()
+                        )
+                    if mode is None:
+                        return entry.stored
+                    if mode is ABSENT:
+                        return default
+                    return self._disk.fetch(mode, None, entry.stored, False)
+        # The one read path below the memory tier: one SELECT of the columns the caller needs;
+        # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
+        if plain or ((type(key) is str or type(key) is bytes) and self._plain_keys):
+            db_key, raw = key, 1  # raw as an int: a bool parameter costs sqlite3 ~0.4 us
+        else:
+            db_key, raw = self._disk.put(key)
+            raw = 1 if raw else 0
+        fill = memory.begin_fill(db_key, raw) if refill else None  # type: ignore[union-attr]
+        if store_time:
+            statement = _SELECT_ITEM_STORED
+        elif expire_time or tag:
+            statement = _SELECT_ITEM
+        else:
+            statement = _SELECT_VALUE if fill is None else _SELECT_VALUE_EXPIRY
+        db_expire = db_tag = None
+        races = 0
+        while True:
+            now = time.time()
+            params = (db_key, raw, now)
+            try:
+                try:
+                    execute = self._local.read  # Store.read, inline: the hot path
+                except AttributeError:
+                    execute = self._store.reader(retry).read
+                rows = execute(statement, params).fetchall()
+            except sqlite3.Error as exc:
+                rows = self._store.retry_read(exc, statement, params, retry)
+            except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
+                check_key(db_key)
+                raise
+            if not rows:
+                break
+            row = rows[0]
+            if statement is _SELECT_VALUE:
+                mode, filename, db_value = row
+            elif statement is _SELECT_VALUE_EXPIRY:
+                mode, filename, db_value, db_expire, lapsed = row
+                if lapsed:  # an expired row (this statement selects those too)
+                    break
+            elif statement is _SELECT_ITEM:
+                mode, filename, db_value, db_expire, db_tag = row
+            else:
+                mode, filename, db_value, db_expire, db_tag, db_stored = row
+            if mode == MODE_RAW and self._plain_fetch and not read:
+                value = db_value
+            else:
+                if filename is not None and not self._sized_files:
+                    db_value = None  # the row's size (SELECT_VALUE): its own Disk gets NULL
+                try:
+                    value = self._disk.fetch(mode, filename, db_value, read)
+                except FileNotFoundError:  # replaced by another writer since the SELECT
+                    races += 1
+                    if races < _FILE_RACE_RETRIES:
+                        continue  # read the row again
+                    if memory is not None:  # it kept changing under us: a miss, nothing kept
+                        memory.forget_key(db_key, raw)
+                    fill = None
+                    break
+                except Exception as exc:  # (only here: a row is judged when its decode failed)
+                    if not _dropped_unreadable(self, exc, (db_key, raw, mode, filename, db_value)):
+                        raise_decode_error(
+                            exc, self._disk, mode, filename, db_value, None, key,
+                            self._store.pool.path,
+                        )
+                    if memory is not None:
+                        memory.forget_key(db_key, raw)
+                    fill = None
+                    break
+            if fill is not None:
+                memory.finish_fill(  # type: ignore[union-attr]
+                    fill, value, db_value, mode, filename is not None, db_expire, db_key, raw
+                )
+            if self._evictor.tracks_reads:
+                self._evictor.note_read(db_key, raw, True, now)
+            if store_time:
+                stored = self._evictor.store_time(db_key, raw, db_stored)
+                return shape_stored(value, db_expire, db_tag, stored, expire_time, tag)
+            if expire_time or tag:
+                return shape(value, db_expire, db_tag, expire_time, tag)
+            return value
+        if type(db_key) is float:
+            check_key(db_key)  # NaN: a key no write accepts
+        if fill is not None:  # absence is kept only where no row is, not even an expired one
+            known = statement is _SELECT_VALUE_EXPIRY and not rows
+            memory.finish_fill_absent(fill, db_key, raw, known)  # type: ignore[union-attr]
+        if self._evictor.tracks_reads:
+            self._evictor.note_read(db_key, raw, False, now)
+        if store_time:
+            return shape_stored(default, None, None, None, expire_time, tag)
+        if expire_time or tag:
+            return shape(default, None, None, expire_time, tag)
+        return default
+
+    def __getitem__(self, key: Any) -> Any:
+        """Return the value for `key`; KeyError when missing."""
+        value = self.get(key, ENOVAL, retry=True)
+        if value is ENOVAL:
+            raise KeyError(key)
+        return value
+
+    def read(self, key: Any, retry: bool = False) -> Any:
+        """Return the value for `key` as a binary file object; KeyError when missing."""
+        handle = self.get(key, ENOVAL, read=True, retry=retry)
+        if handle is ENOVAL:
+            raise KeyError(key)
+        return handle
+
+    def __contains__(self, key: Any) -> bool:
+        """True when `key` is present and not expired."""
+        if self._remote is not None:
+            return self._remote.get(key, ENOVAL, False, False, False) is not ENOVAL
+        memory = self._memory
+        if memory is not None:
+            entry = memory.lookup(key, touch=False)
+            if entry is not None:
+                return entry.fetch_mode is not ABSENT
+        db_key, flag = self._disk.put(key)
+        raw = 1 if flag else 0  # the int SQLite stores (see put_key)
+        try:
+            found = self._store.read(sql.SELECT_EXISTS, (db_key, raw, time.time()))
+        except (UnicodeEncodeError, OverflowError):  # SQLite cannot bind the key
+            check_key(db_key)
+            raise
+        if not found and type(db_key) is float:
+            check_key(db_key)  # NaN: a key no write accepts
+        return bool(found)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def set(
+        self,
+        key: Any,
+        value: Any,
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> bool:
+        """Store `value` under `key`; return True.
+
+        :param expire: seconds until the item expires (None: never)
+        :param read: `value` is a binary file object to stream into a value file
+        :param tag: str/bytes/number to group items for `evict`
+        """
+        return self._store_item(sql.UPSERT, key, value, expire, read, tag, retry)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Store `value` under `key`, retrying on timeout."""
+        self._store_item(sql.UPSERT, key, value, None, False, None, True)
+
+    def add(
+        self,
+        key: Any,
+        value: Any,
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> bool:
+        """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
+        return self._store_item(sql.ADD, key, value, expire, read, tag, retry)
+
+    def _store_item(
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
+    ) -> bool:
+        """set and add: check, serialize (a large value to a file first), write, keep in memory."""
+        if self._remote is not None:
+            return self._remote.store_item(statement, key, value, expire, read, tag)
+        now = time.time()
+        disk = self._disk
+        db_key, raw = put_key(disk, key)  # checked before a value file is written for it
+        expires = None if expire is None else expire_at(now, expire)
+        if tag is not None:
+            tag = check_tag(tag)
+        size, mode, filename, db_value = _serialize(self._store, disk, value, read, key)
+        charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
+        if expires is None and tag is None and filename is None:
+            statement = sql.PLAIN_VARIANT[statement]  # no None parameters (see there)
+            params: tuple[Any, ...] = (db_key, raw, now, size, mode, db_value)
+        else:
+            params = (db_key, raw, now, expires, tag, size, mode, filename, db_value)
+        store = self._store
+        evictor = self._evictor
+        if evictor.batches_store_time:  # least-recently-stored: the refresh below writes it
+            statement = STORE_TIME_BATCHED[statement]
+        # The policy's refresh (an overwrite's store time) is noted before the write, so that the
+        # size check the write may run sees this item as the newest; undone if nothing is stored.
+        refresh = evictor.tracks_writes
+        before = evictor.note_write(db_key, raw, now) if refresh else None
+        if evictor.read_counts:  # least-frequently-used: the check spares the key (see there)
+            evictor.writing.key = (db_key, raw)
+        try:
+            count, published = store.write(
+                statement, params, retry, filename,
+                charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
+            )
+        except BaseException as exc:
+            if refresh:
+                evictor.undo_write(db_key, raw, before)
+            if isinstance(exc, (UnicodeEncodeError, OverflowError)):  # SQLite cannot bind it
+                if filename is not None:
+                    store.forget_new_file(filename)
+                check_bindable("value", db_value)  # a str value with lone surrogates
+            raise
+        if count != 1:  # add found a live item: nothing changed
+            if refresh:
+                evictor.undo_write(db_key, raw, before)
+            if filename is not None:
+                store.forget_new_file(filename)
+            return False
+        if refresh:
+            evictor.wrote(db_key, raw, before, store.inserted())
+        memory = self._memory
+        if memory is not None:
+            memory.after_write(
+                db_key, raw, published, value, db_value, mode, filename is not None, expires
+            )
+        return True
+
+    def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
+        """Set a new expiry for `key`; True when the item was present."""
+        now = time.time()
+        expires = None if expire is None else expire_at(now, expire)
+        if self._remote is not None:
+            return self._remote.touch(key, expires)
+        db_key, raw = put_key(self._disk, key)
+        count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
+        return count == 1
+
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
+        """Add `delta` to the number stored at `key`, atomically; return the new value.
+
+        A missing key starts from `default` (KeyError when `default` is None). Works like
+        Python's ``+``: integers past 64 bits stay exact.
+        """
+        if type(delta) is not int or (default is not None and type(default) is not int):
+            check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
+        if self._remote is not None:  # compare-and-set in Redis: atomic across hosts
+            return self._remote.update(key, lambda current: current + delta, default)
+        stored_as = put_key(self._disk, key)
+        store, evictor = self._store, self._evictor
+        refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
+        before = evictor.note_write(*stored_as, time.time()) if refresh else None
+        try:
+            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
+                               default, retry)  # fmt: skip
+        except BaseException:
+            if refresh:
+                evictor.undo_write(*stored_as, before)
+            raise
+        if refresh:
+            evictor.wrote(*stored_as, before, store.inserted())
+        elif evictor.access.read_column is not None:  # least-frequently-used: a use
+            evictor.note_use(*stored_as, time.time())
+        return result
+
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
+        """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
+        check_delta("decr", delta, default)
+        return self.incr(key, -delta, default, retry)
+
+    def pop(
+        self,
+        key: Any,
+        default: Any = None,
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove `key` and return its value, or `default` when missing; atomic.
+
+        The value is read first and the row then deleted only if it is still the one read, so
+        a value the Disk refuses (SafeDisk's UnsafePickleError) stays (with ``on_error='miss'``
+        it goes, as a miss), and no lock is held while it is read. An expired item is removed
+        and `default` returned.
+        """
+        if self._remote is not None:
+            return self._remote.pop(key, default, expire_time, tag)
+        db_key, raw = put_key(self._disk, key)
+        while True:
+            now = time.time()
+            rows = self._store.read(sql.SELECT_FOR_POP, (db_key, raw))
+            if not rows:
+                return shape(default, None, None, expire_time, tag)
+            rowid, db_expire, db_tag, mode, filename, db_value, size = rows[0]
+            value = ENOVAL
+            expiry = sql.expiry_of(db_expire)
+            if expiry is None or expiry > now:
+                try:
+                    value = self._queues.fetch_row(rowid, key, mode, filename, db_value, size)
+                except GONE:
+                    pass  # a missing value file (or unreadable under on_error='miss'): a miss
+            unchanged = (rowid, db_key, raw, db_expire, db_tag, mode, filename, db_value)
+            count, published = self._store.write(sql.DELETE_UNCHANGED, unchanged, retry)
+            if count:
+                break
+            # Another writer changed or removed the item after we read it: read it again.
+        self._removed(db_key, raw, published)
+        if value is ENOVAL:
+            return shape(default, None, None, expire_time, tag)
+        return shape(value, db_expire, db_tag, expire_time, tag)
+
+    def delete(self, key: Any, retry: bool = False) -> bool:
+        """Remove `key`; True when a live item was removed (expired ones go silently)."""
+        if self._remote is not None:
+            return self._remote.delete(key)
+        db_key, raw = put_key(self._disk, key)
+        count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
+        if count != 1:
+            return False
+        self._removed(db_key, raw, published)
+        return True
+
+    def _removed(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
+        """After a delete or pop committed: tell the tiers and the bookkeeping."""
+        self._evictor.note_removed(db_key, raw)
+        if self._memory is not None:
+            self._memory.after_delete(db_key, raw, published)
+
+    def __delitem__(self, key: Any, retry: bool = True) -> bool:
+        """Remove `key`; KeyError when it is missing. Returns True, as python-diskcache's does."""
+        if not self.delete(key, retry=retry):
+            raise KeyError(key)
+        return True
+
+    @contextlib.contextmanager
+    def transact(self, retry: bool = False) -> Iterator[None]:
+        """Context manager: a write transaction; what runs inside is atomic.
+
+        Other writers wait while it is open (keep it short); readers do not. Transactions nest
+        and belong to the thread that opened them. Raises Timeout when the lock cannot be had
+        within the cache's timeout and `retry` is False. Not with a remote (it cannot span
+        hosts): RemoteUnsupportedError.
+        """
+        if self._remote is not None:
+            self._remote.unsupported("transact()")
+        with self._store.transaction(retry):
+            yield

@@ -1,0 +1,441 @@
+"""The remote source of truth: a Redis (or Valkey, or Redis Cluster) server reached with redis-py.
+
+Only imported when a cache is opened with ``remote=``. Here: the URL (a plain ``redis://``,
+``rediss://`` or ``unix://`` URL; ``?cluster=true`` for a Redis Cluster), and the commands each
+cache operation needs, each one round trip, on items in the stored form of `_remoteform` (one
+Redis string whose TTL is the item's expiry).
+Redis errors are translated here: an unreachable server is `RemoteUnavailableError` (a
+`Timeout`, so FanoutCache reports a give-up as for a busy shard), anything else `RemoteError`.
+A write whose request may have reached Redis before the connection failed (no reply within the
+timeout, a connection dropped after sending) is `RemoteOutcomeUnknownError` instead: Redis may
+still apply it (see `_request_left`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.cluster
+import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableError
+from .._log import REMOTE as _LOG
+from .._log import outage_for
+from .form import expiry_header, tag_fields
+from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
+
+__all__ = ["RemoteStore"]
+
+_T = TypeVar("_T")
+
+# Compare-and-set: replace (or, with ARGV[5] = '1', delete) the value only if it is still the
+# one read (ARGV[2] = '1': it was absent).
+_CAS = """
+local current = redis.call('GET', KEYS[1])
+if (current or '') ~= ARGV[1] or (current == false) ~= (ARGV[2] == '1') then return 0 end
+if ARGV[5] == '1' then redis.call('DEL', KEYS[1])
+elseif ARGV[4] == '' then redis.call('SET', KEYS[1], ARGV[3])
+else redis.call('SET', KEYS[1], ARGV[3], 'PXAT', ARGV[4]) end
+return 1
+"""
+# New expiry: the header's expiry bytes (offset 3, 8 bytes) and the key's TTL, if it exists.
+_TOUCH = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local updated = string.sub(current, 1, 3) .. ARGV[1] .. string.sub(current, 12)
+if ARGV[2] == '' then redis.call('SET', KEYS[1], updated)
+else redis.call('SET', KEYS[1], updated, 'PXAT', ARGV[2]) end
+return 1
+"""
+# Delete the item if its tag field (length and bytes, from offset 11) is one of ARGV[2...]
+# (`tag_fields`: the spellings of one tag), ARGV[1] bytes at most.
+_EVICT_TAG = """
+local current = redis.call('GETRANGE', KEYS[1], 11, 10 + tonumber(ARGV[1]))
+for i = 2, #ARGV do
+  if string.sub(current, 1, string.len(ARGV[i])) == ARGV[i] then
+    return redis.call('DEL', KEYS[1])
+  end
+end
+return 0
+"""
+_SCAN_COUNT = 500
+_PXAT_MAX = 2**53  # ms (the year 287,396): an expiry past it is kept without a Redis TTL
+# What redis-py raises: RedisClusterException (a cluster it cannot reach or log in to) is not
+# a RedisError.
+_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+def _split_cluster(url: str) -> tuple[str, bool]:
+    """The URL without its ``cluster`` option, and whether that option asked for a cluster."""
+    plain, cluster = _without_option(url, "cluster")
+    return plain, bool(cluster) and cluster[-1].lower() in CLUSTER_WORDS[:4]
+
+
+def _without_option(url: str, option: str) -> tuple[str, list[str]]:
+    """The URL without its query option `option`, and the values it had (none: `url` as is).
+    (redis-py's ``from_url`` lets the URL's options override the keyword arguments.)"""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    values = [value for name, value in query if name == option]
+    if not values:
+        return url, values
+    rest = [(name, value) for name, value in query if name != option]
+    plain = urlunsplit(parts._replace(query=urlencode(rest)))
+    if not parts.netloc:  # unix:///path: urlunsplit would drop the empty authority's "//"
+        plain = plain.replace(f"{parts.scheme}:", f"{parts.scheme}://", 1)
+    return plain, values
+
+
+def _pxat(expire_time: float | None) -> int | None:
+    """Redis's PXAT for an expire time; None (no TTL) past what it holds.
+
+    Redis keeps an item while its clock in whole milliseconds is at most PXAT, and a host takes
+    it for expired from the exact time on: rounded down, less one, Redis has dropped it by then
+    (else an ``add`` would fail on an item every host reads as missing).
+    """
+    if expire_time is None or not expire_time < _PXAT_MAX / 1000:  # inf, or years past 2^53 ms
+        return None
+    return max(1, math.floor(expire_time * 1000) - 1)
+
+
+class RemoteStore:
+    """One cache's view of the remote: its client, its prefix, and one method per command."""
+
+    def __init__(self, url: str, prefix: bytes, timeout: float, connect: bool = True) -> None:
+        """`connect=False`: no cluster client for the commands (one connects when made; the
+        listener needs only connections of its own, made by `listener_client`)."""
+        self.url = check_remote_url(url)
+        self.prefix = prefix
+        # Reachability as this process sees it, shared by every store of the URL (_log.py).
+        self._outage = outage_for(_LOG, _outage_name(self.url))
+        self.timeout = timeout
+        plain_url, self.cluster = _split_cluster(url)
+        self._plain_url = plain_url
+        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        self.client: Any = None
+        if self.cluster and not connect:
+            return
+        try:
+            if self.cluster:
+                self.client = _ClusterClient.from_url(
+                    plain_url, **options, **_NO_CLUSTER_RETRIES
+                )
+            else:  # (no retry: a command sent again after a timeout could run twice)
+                self.client = redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"remote URL {url!r}: {exc}") from None
+        except _REDIS_ERRORS as exc:  # a cluster client connects at once
+            raise _translated(exc, url) from exc
+        self._cas = self.client.register_script(_CAS)
+        self._touch = self.client.register_script(_TOUCH)
+        self._evict_tag = self.client.register_script(_EVICT_TAG)
+
+    def name(self, encoded_key: bytes) -> bytes:
+        return self.prefix + encoded_key
+
+    def call(self, function: Callable[[], _T], write: str = "", many: bool = False) -> _T:
+        """Run one client call, translating redis-py's errors into the library's.
+
+        `write` names what the call writes ("" for a read): a write whose request may have
+        left raises `RemoteOutcomeUnknownError` (`_request_left`). `many`: the call sends
+        several commands (a pipeline), so only a failure before anything was sent is certain.
+        """
+        try:
+            result = function()
+        except _REDIS_ERRORS as exc:
+            raise _translated(exc, self.url, write, many) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return result
+
+    # --- items --------------------------------------------------------------------------------
+
+    # The hot commands go through execute_command: redis-py's get()/set() wrappers cost
+    # several microseconds of argument handling per call.
+
+    def get(self, name: bytes) -> bytes | None:
+        try:
+            data: bytes | None = self.client.execute_command("GET", name)
+        except _REDIS_ERRORS as exc:
+            raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return data
+
+    def get_many(self, names: list[bytes]) -> list[bytes | None]:
+        """The value of each name: one MGET (on a cluster, one per slot, as redis-py splits it)."""
+        if not names:
+            return []
+        if self.cluster:
+            return self.call(lambda: self.client.mget_nonatomic(names))
+        try:
+            found: list[bytes | None] = self.client.execute_command("MGET", *names)
+        except _REDIS_ERRORS as exc:
+            raise _translated(exc, self.url) from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return found
+
+    def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
+        """SET (NX for add), with the expiry as Redis's own absolute TTL."""
+        args: tuple[Any, ...] = ("SET", name, data)
+        pxat = _pxat(expire_time)
+        if pxat is not None:
+            args += ("PXAT", pxat)
+        if only_new:
+            args += ("NX",)
+        try:
+            stored = bool(self.client.execute_command(*args))
+        except _REDIS_ERRORS as exc:
+            raise _translated(exc, self.url, "add" if only_new else "set") from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return stored
+
+    def delete(self, name: bytes) -> bool:
+        try:
+            removed = bool(self.client.execute_command("DEL", name))
+        except _REDIS_ERRORS as exc:
+            raise _translated(exc, self.url, "delete") from exc
+        if self._outage.down_since:
+            self._outage.recovered()
+        return removed
+
+    def pop(self, name: bytes) -> bytes | None:
+        return self.call(lambda: self.client.getdel(name), "pop")  # type: ignore[no-any-return]
+
+    def touch(self, name: bytes, expire_time: float | None) -> bool:
+        pxat = _pxat(expire_time)
+        args = [expiry_header(expire_time), b"" if pxat is None else str(pxat).encode()]
+        return bool(self.call(lambda: self._touch(keys=[name], args=args), "touch"))
+
+    def compare_and_set(
+        self, name: bytes, old: bytes | None, new: bytes | None, expire_time: float | None
+    ) -> bool:
+        """Store `new` (None: delete the item) only if the item's stored form is still `old`
+        (None: still absent)."""
+        pxat = _pxat(expire_time)
+        args = [
+            old or b"", b"1" if old is None else b"0", new or b"",
+            b"" if pxat is None else str(pxat), b"1" if new is None else b"0",
+        ]
+        return bool(self.call(lambda: self._cas(keys=[name], args=args), "compare-and-set"))
+
+    # --- whole prefix -------------------------------------------------------------------------
+
+    def names(self) -> Iterator[bytes]:
+        """Every Redis name of this cache: the prefix, then a type mark (`encode_key`). SCAN,
+        on every primary of a cluster. With the mark in the pattern, a FanoutCache's shard
+        names (``<prefix><n>/...``) are not a Cache's of the same prefix."""
+        pattern = _glob_escape(self.prefix) + b"[sbifp]*"
+        if self.cluster:
+            nodes = self.call(lambda: self.client.get_primaries())
+            for node in nodes:
+                client = node.redis_connection
+                yield from self.call(
+                    lambda: list(client.scan_iter(match=pattern, count=_SCAN_COUNT))
+                )
+        else:
+            yield from self.call(
+                lambda: list(self.client.scan_iter(match=pattern, count=_SCAN_COUNT))
+            )
+
+    def delete_names(self, names: list[bytes]) -> int:
+        if not names:
+            return 0
+        if self.cluster:  # multi-key commands must stay within one slot: one DEL per key
+            return sum(self.call(
+                lambda: self._each(names, lambda pipe, name: pipe.delete(name)), "clear", many=True
+            ))
+        return int(self.call(lambda: self.client.delete(*names), "clear"))
+
+    def evict_tag(self, names: list[bytes], tag: Any) -> int:
+        fields = tag_fields(tag)
+        args = [max(map(len, fields)), *fields]
+        return sum(
+            int(result)
+            for result in self.call(
+                lambda: self._each(
+                    names, lambda pipe, name: self._evict_tag(keys=[name], args=args, client=pipe)
+                ),
+                "evict",
+                many=True,
+            )
+        )
+
+    def _each(self, names: list[bytes], command: Callable[[Any, bytes], Any]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            command(pipe, name)
+        return pipe.execute()  # type: ignore[no-any-return]
+
+    # --- the listener's connections -----------------------------------------------------------
+
+    def listener_client(self, address: tuple[str, int] | None = None) -> redis.Redis:
+        """A new RESP2 client for the listener: of the URL's server, or of the cluster node at
+        `address` (with the URL's credentials and options). RESP2: the listener reads
+        subscription replies and invalidations as RESP2 messages, whatever protocol the URL
+        asks the other connections for."""
+        options = {
+            "socket_timeout": self.timeout, "socket_connect_timeout": self.timeout, "protocol": 2,
+        }
+        url = _without_option(self._plain_url, "protocol")[0]
+        if address is not None:
+            parts = urlsplit(url)
+            host, port = address
+            credentials = parts.netloc.rpartition("@")[0]
+            netloc = f"{credentials}@" if credentials else ""
+            netloc += f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            url = urlunsplit(parts._replace(netloc=netloc))
+        return redis.Redis.from_url(url, **options)
+
+    def known_nodes(self) -> list[tuple[str, int]]:
+        """The cluster nodes this process's client knows (none for a single server)."""
+        if self.client is None or not self.cluster:
+            return []
+        try:
+            return sorted((node.host, int(node.port)) for node in self.client.get_nodes())
+        except (*_REDIS_ERRORS, AttributeError, TypeError, ValueError):
+            return []
+
+    def seed(self) -> tuple[str, int]:
+        """The address of the URL's server (for a cluster: the node to ask first)."""
+        parts = urlsplit(self._plain_url)
+        return parts.hostname or "localhost", parts.port or 6379
+
+    def close(self) -> None:
+        """Close the connections no call is using. A call in flight on another thread goes on
+        to its answer (the application's close is no outage, and a write's outcome stays
+        known); its connection goes back to the pool, and is closed by a later close or with
+        the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
+        if self.client is None:
+            return
+        try:
+            if self.cluster:
+                pools = [
+                    node.redis_connection.connection_pool
+                    for node in self.client.get_nodes() if node.redis_connection is not None
+                ]
+            else:
+                pools = [self.client.connection_pool]
+            for pool in pools:
+                pool.disconnect(inuse_connections=False)
+        except _REDIS_ERRORS:
+            pass
+
+
+class _ClusterClient(redis.cluster.RedisCluster):
+    """redis-py's cluster client, its failures while following a redirection raised as the
+    `ClusterError` they are. redis-py 8 raises AttributeError for an ``ASK`` to a node it has
+    not met yet (a primary added since it read the topology, while a slot moves to it) and for
+    a redirection loop it gives up on: the command was refused, not run."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except AttributeError as exc:
+            raise redis.exceptions.ClusterError(
+                f"redis-py could not follow a redirection ({exc})"
+            ) from exc
+
+
+def _glob_escape(prefix: bytes) -> bytes:
+    out = bytearray()
+    for byte in prefix:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)
+
+
+def _retries_off() -> dict[str, Any]:
+    """RedisCluster's options that stop it from sending a command again after a connection
+    error or timeout (ten times by default): a write that timed out may have run, and running
+    it twice would pop an item from no caller, leave ``add`` without a winner, or count an
+    ``incr`` twice. redis-py before 6 counts them in an option of their own."""
+    options: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
+    if int(redis.__version__.split(".")[0]) < 6:
+        options["cluster_error_retry_attempts"] = 0
+    return options
+
+
+_NO_CLUSTER_RETRIES = _retries_off()
+
+
+_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
+# redis-py's functions that make a connection ready (connect, log in, hand shake, take it from
+# the pool: nothing of the request is sent yet), and those that write the request.
+_SETTING_UP = frozenset({
+    "connect", "connect_check_health", "_connect", "on_connect", "on_connect_check_health",
+    "get_connection", "ensure_connection", "make_connection",
+})
+_SENDING = frozenset({"send_packed_command", "send_command"})
+
+
+def _request_left(exc: BaseException, many: bool) -> bool:
+    """Whether the request of a call that failed with `exc` may have reached Redis, and so may
+    be applied by it (now or after a stall), although no reply came.
+
+    Told by where redis-py met the connection error: while setting up a connection nothing
+    was sent; while writing one command, the command is incomplete and Redis never runs it
+    (for a pipeline, `many`, earlier commands may have gone whole); anywhere else (waiting
+    for the reply) it left. An error Redis answered (MOVED, CLUSTERDOWN, ...) ran nothing.
+    redis-py retries nothing here (the clients are made without retries), so the error is
+    that of the one attempt. Anything not recognised counts as sent: never a false "not
+    applied".
+    """
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:  # the error, and what it was raised in
+        seen.add(id(error))
+        if isinstance(error, _CONNECTION_ERRORS):
+            phases = set()
+            trace = error.__traceback__
+            while trace is not None:
+                code = trace.tb_frame.f_code
+                if code.co_filename.startswith(_REDIS_PACKAGE):
+                    phases.add(code.co_name)
+                trace = trace.tb_next
+            if phases & _SETTING_UP:
+                return False
+            return many or not phases & _SENDING or "read_response" in phases
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _translated(exc: Exception, url: str, write: str = "", many: bool = False) -> Exception:
+    """The library's error for a redis-py error (the one place they are translated); `write`
+    and `many` as `RemoteStore.call` takes them."""
+    where = safe_url(url)
+    if write and isinstance(exc, (*_CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
+        if _request_left(exc, many):
+            return RemoteOutcomeUnknownError(
+                f"remote {where}: {write} sent, and no reply: Redis may have applied it, or may"
+                f" yet ({exc})"
+            )
+    if isinstance(exc, redis.exceptions.AuthenticationError) or (
+        isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc)
+    ):
+        return RemoteError(f"remote {where}: authentication failed ({exc})")
+    if isinstance(exc, _CONNECTION_ERRORS):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
+        return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
+    if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():
+        return RemoteError(f"remote cluster {where}: authentication failed ({exc})")
+    if isinstance(exc, (redis.exceptions.ClusterError, redis.exceptions.RedisClusterException)):
+        outage_for(_LOG, _outage_name(url)).failed(str(exc))
+        return RemoteUnavailableError(f"remote cluster {where}: {exc}")
+    return RemoteError(f"remote {where}: {exc}")
+
+
+def _outage_name(url: str) -> str:
+    """What the log calls a remote (its URL without the password)."""
+    return f"remote {safe_url(url)}"

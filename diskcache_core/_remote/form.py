@@ -1,0 +1,184 @@
+"""The stored form of the remote tier: what a cache's item is called in Redis and what Redis
+holds for it.
+
+A name is the cache's prefix, then the database key with a one-byte type mark (`encode_key`); an
+item is one Redis string: a fixed header (format version, mode, body kind, expire time, tag
+length), the tag, then the serialized value (`encode_item`). The Lua scripts of the client
+(`_remote`) read the header at fixed offsets, so its layout is fixed here. `stamp_hash` places
+a name in a stamp bucket of the host's stamp file.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from typing import Any, NamedTuple
+
+from .._errors import RemoteError
+
+__all__ = [
+    "Item", "decode_item", "decode_key", "encode_item", "encode_key", "expiry_header",
+    "stamp_hash", "tag_fields",
+]
+
+_FORMAT = 1
+# version, mode, body kind, expire_time (big-endian double, NaN: none), tag length
+_HEADER = struct.Struct(">BBBdH")
+_NO_EXPIRY = math.nan
+_INT64 = 2**63
+
+
+class Item(NamedTuple):
+    """An item as Redis holds it: what `Disk.fetch` needs (inline), its expiry and its tag."""
+
+    mode: int
+    db_value: Any
+    expire_time: float | None
+    tag: Any
+
+
+def encode_key(db_key: Any, raw: int) -> bytes:
+    """The Redis name of a database key, without the prefix: a type mark, then the key.
+
+    Keys the database treats as equal get the same name (``1`` and ``1.0``).
+    """
+    kind = type(db_key)
+    if not raw:
+        pickled: bytes = db_key
+        return b"p" + pickled
+    if kind is str:
+        text: str = db_key
+        return b"s" + text.encode("utf-8")
+    if kind is bytes:
+        data: bytes = db_key
+        return b"b" + data
+    if kind is float and db_key.is_integer() and -_INT64 <= db_key < _INT64:
+        return b"i%d" % int(db_key)
+    if kind is int:
+        return b"i%d" % db_key
+    return b"f" + repr(db_key).encode()
+
+
+def decode_key(name: bytes) -> tuple[Any, bool] | None:
+    """The database key and raw flag of a name made by `encode_key` (None: not one of ours)."""
+    mark, body = name[:1], name[1:]
+    try:
+        if mark == b"s":
+            return body.decode("utf-8"), True
+        if mark == b"b":
+            return body, True
+        if mark == b"i":
+            return int(body), True
+        if mark == b"f":
+            return float(body), True
+    except ValueError:  # UnicodeDecodeError included: written by someone else
+        return None
+    if mark == b"p":
+        return body, False
+    return None
+
+
+def _encode_tag(tag: Any) -> bytes:
+    if tag is None:
+        return b""
+    kind = type(tag)
+    if kind is str:
+        text: str = tag
+        return b"s" + text.encode("utf-8")
+    if kind is bytes:
+        data: bytes = tag
+        return b"b" + data
+    if kind is int or kind is bool:
+        return b"i%d" % tag
+    if kind is float:
+        return b"f" + repr(tag).encode()
+    raise TypeError(f"a tag must be str, bytes, int or float, not {kind.__name__}")
+
+
+def _decode_tag(data: bytes) -> Any:
+    if not data:
+        return None
+    mark, body = data[:1], data[1:]
+    if mark == b"s":
+        return body.decode("utf-8")
+    if mark == b"b":
+        return body
+    if mark == b"i":
+        return int(body)
+    return float(body)
+
+
+def tag_fields(tag: Any) -> list[bytes]:
+    """Every tag field (its length, then its encoded form) of a tag that SQLite finds equal to
+    `tag`, for `_EVICT_TAG`: SQLite compares an INTEGER and a REAL by their values (exactly),
+    so ``1``, ``1.0`` and ``True`` (stored as 1) are one tag, and ``0.0`` and ``-0.0`` are ``0``.
+    A stored tag keeps its own spelling (``get(tag=True)`` returns it as it was set, as SQLite
+    does); only the comparison takes them all."""
+    spellings = [_encode_tag(tag)]
+    kind = type(tag)
+    if kind is int or kind is bool:
+        number = float(tag)  # exact for the tags a float equals; int64 tags never overflow
+        if number == tag:
+            spellings.append(_encode_tag(number))
+            if not number:
+                spellings.append(_encode_tag(-0.0))
+    elif kind is float and tag.is_integer():
+        if -_INT64 <= tag < _INT64:
+            spellings.append(_encode_tag(int(tag)))
+        if not tag:
+            spellings.append(_encode_tag(-tag))
+    return [struct.pack(">H", len(data)) + data for data in dict.fromkeys(spellings)]
+
+
+def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -> bytes:
+    """The stored form of an item (`db_value`: an inline column value of `mode`)."""
+    kind = type(db_value)
+    if kind is bytes:
+        mark, body = b"b", db_value
+    elif kind is str:
+        mark, body = b"s", db_value.encode("utf-8")
+    elif kind is int:
+        mark, body = b"i", b"%d" % db_value
+    elif kind is float:
+        mark, body = b"f", repr(db_value).encode()
+    else:
+        raise TypeError(f"cannot store a column value of type {kind.__name__} remotely")
+    tag_data = _encode_tag(tag)
+    header = _HEADER.pack(
+        _FORMAT, mode, mark[0], _NO_EXPIRY if expire_time is None else expire_time, len(tag_data)
+    )
+    return b"".join((header, tag_data, body))
+
+
+def decode_item(data: bytes) -> Item:
+    """An item from its stored form; RemoteError when it is not one this library wrote."""
+    try:
+        version, mode, mark, expires, tag_length = _HEADER.unpack_from(data)
+    except struct.error:
+        raise RemoteError("a remote value that this library did not write") from None
+    if version != _FORMAT:
+        raise RemoteError(f"a remote value of unknown format {version}")
+    start = _HEADER.size + tag_length
+    tag = _decode_tag(data[_HEADER.size:start])
+    body = data[start:]
+    db_value: Any
+    if mark == 98:  # b
+        db_value = body
+    elif mark == 115:  # s
+        db_value = body.decode("utf-8")
+    elif mark == 105:  # i
+        db_value = int(body)
+    else:
+        db_value = float(body)
+    return Item(mode, db_value, None if expires != expires else expires, tag)
+
+
+def expiry_header(expire_time: float | None) -> bytes:
+    """The 8 expiry bytes of the header (`_TOUCH` writes them)."""
+    return struct.pack(">d", _NO_EXPIRY if expire_time is None else expire_time)
+
+
+def stamp_hash(name: bytes) -> int:
+    """The hash that places a Redis name (without prefix) in a stamp bucket."""
+    return zlib.crc32(name)

@@ -1,0 +1,236 @@
+"""The stamps that say which of a host's copies of remote items may still be served.
+
+A cache with a remote keeps copies of Redis's items in this host's directory (rows of its
+SQLite database) and in each process (its memory tier). The file ``cache.db-remote``, mapped by
+every process of the directory, holds one 64-bit stamp per bucket of Redis names, and a lease:
+
+- A copy is filled under the stamp of its bucket read *before* Redis was asked for the item, and
+  is served only while that stamp is unchanged. Whatever may have changed the item in Redis
+  changes the stamp to a fresh random value (`bump`): a write of this host after Redis
+  acknowledged it, the listener on hearing of any write, and the listener at every (re)start or
+  on a flush (`renew_all`). A stamp never returns to an old value (63 random bits), so a copy
+  made from an older answer of Redis is never served after such a change.
+- The lease (a time, as a double) is until when the listener vouches that it hears every change:
+  it renews it a few times per LEASE while its connections are healthy, and lets it lapse — or
+  clears it — otherwise. No copy is served while the lease has lapsed; reads then go to Redis.
+  A lease is never set more than LEASE ahead, so one further ahead than that (the wall clock
+  was set back since it was renewed) is not valid either: a listener that died just before the
+  clock went back cannot vouch for the time the clock repeats.
+
+Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory.py.
+
+The file may be shrunk or replaced by hand while mapped (see _mapwatch.py). Its stores
+(`bump`, `set_lease`, `renew_all`: the listener's every few milliseconds) check its size first,
+and the _mapwatch thread checks it every WATCH_INTERVAL: a lost file's views are switched at
+once to private words with no lease (nothing is served from copies), then to the directory's
+file, every stamp renewed (`check_mapping`); its users are told (`on_remap`).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import random
+import stat
+import struct
+import time
+import zlib
+from typing import Callable
+
+from .._errors import DatabaseError, storage_error
+from .._log import lost_file
+from .._store.mapwatch import watch
+
+__all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "RemoteWords", "REMOTE_FILE"]
+
+REMOTE_FILE = "cache.db-remote"
+# The listener election's lock (_listener.py): whoever holds its flock runs the listener.
+LOCK_FILE = "cache.db-remote.lock"
+BUCKETS = 1 << 16
+_MASK = BUCKETS - 1
+_MAGIC = 0x31524D5243434B44  # "DKCCRMR1"
+_HEADER_WORDS = 8  # magic, lease (double), listener pid, prefix, reserved
+_SIZE = 8 * (_HEADER_WORDS + BUCKETS)
+LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
+LEASE_AHEAD = 2 * LEASE  # the furthest ahead a valid lease is (LEASE, and room for rounding)
+
+_random = random.Random(os.urandom(32))
+
+
+class RemoteWords:
+    """This process's mapping of a directory's stamp file."""
+
+    def __init__(self, directory: str, prefix: bytes) -> None:
+        self.path = os.path.join(directory, REMOTE_FILE)
+        # The prefix whose changes the listener hears: every cache of the directory must share
+        # it, or the copies of one would never hear of the other's changes.
+        self._owner = (zlib.crc32(prefix) << 1) | 1
+        self._closed = False
+        # Told (no argument) when `words` and `lease` are views of another mapping.
+        self.on_remap: list[Callable[[], None]] = []
+        self._map_file()
+        if self.words[3] == 0:
+            self.words[3] = self._owner
+        elif self.words[3] != self._owner:
+            self.close()
+            raise ValueError(
+                f"{directory!r} is the near cache of another remote_prefix than {prefix!r}:"
+                " every cache of a directory must use the same remote_prefix"
+            )
+        watch(self)
+
+    def _map_file(self) -> None:
+        """Map the directory's stamp file (made, or extended, if short) into `words`/`lease`."""
+        path = self.path
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags, 0o600)
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise DatabaseError(f"{path!r} is not a regular file")
+                if 0 < info.st_size < _SIZE:
+                    # Shrunk while in use: written whole first, with no lease and fresh stamps
+                    # (a listener still mapping it must not see the zeros an extension gives,
+                    # under which a copy tagged before its first renewal would count again).
+                    os.pwrite(fd, _fresh_image(self._owner), 0)
+                if info.st_size < _SIZE or info.st_blocks * 512 < _SIZE:
+                    # Every block allocated before mapping (see _versionfile._allocate); zeros
+                    # mean no lease, so nothing is served before a listener has started.
+                    _allocate(fd, info.st_size)
+                mapping = mmap.mmap(fd, _SIZE, access=mmap.ACCESS_WRITE)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise storage_error(exc, f"the remote stamp file {path!r}") from exc
+        self._map: bytearray | mmap.mmap = mapping
+        self._identity = (info.st_dev, info.st_ino)
+        self.words = memoryview(mapping).cast("Q")
+        self.lease = memoryview(mapping)[8:16].cast("d")
+        if self.words[0] != _MAGIC:
+            self.words[0] = _MAGIC
+
+    # --- a lost file (see _mapwatch.py) ---------------------------------------------------------
+
+    def _intact(self) -> bool:
+        """Whether the mapped file still has its size and is still the directory's."""
+        mapping = self._map
+        try:
+            if not isinstance(mapping, mmap.mmap) or mapping.size() < _SIZE:
+                return False
+            info = os.stat(self.path)
+        except (OSError, ValueError):
+            return False
+        return (info.st_dev, info.st_ino) == self._identity
+
+    def check_mapping(self) -> None:
+        """(_mapwatch's thread, and before each store) If the file was shrunk or replaced: use
+        private words with no lease at once, then map the directory's file with every stamp
+        renewed (no copy made so far is served: changes heard meanwhile went to the lost
+        file), and tell `on_remap`. Where that fails, the private words stay (nothing served
+        from copies: reads go to Redis) and the next check tries again."""
+        if self._closed or self._intact():
+            return
+        if isinstance(self._map, mmap.mmap):
+            self._use(bytearray(_SIZE))  # no lease: no copy of this host is served
+            lost_file(self.path, "no copy of this host is served (reads ask Redis)")
+        self._map_file()
+        self.words[3] = self._owner
+        self.renew_all()
+        self.set_lease(0.0)  # (the listener sets it again once it has renewed the stamps)
+        for remapped in list(self.on_remap):
+            remapped()
+
+    def _use(self, mapping: bytearray | mmap.mmap) -> None:
+        self._map = mapping
+        self.words = memoryview(mapping).cast("Q")
+        self.lease = memoryview(mapping)[8:16].cast("d")
+        for remapped in list(self.on_remap):
+            remapped()
+
+    def _guard(self) -> None:
+        """Before a store: the file still has its size (one fstat), else `check_mapping`."""
+        mapping = self._map
+        try:
+            short = isinstance(mapping, mmap.mmap) and mapping.size() < _SIZE
+        except (OSError, ValueError):
+            return  # closed: its views are released, any store raises
+        if short:
+            try:
+                self.check_mapping()
+            except Exception:  # noqa: BLE001 - private words meanwhile: the store goes there
+                pass  # (and nothing is served from copies); the next check tries again
+
+    @staticmethod
+    def index(code: int) -> int:
+        """The word index of a bucket, from `_remote.stamp_hash` of a Redis name."""
+        return _HEADER_WORDS + (code & _MASK)
+
+    def bump(self, index: int) -> None:
+        """A fresh stamp for one bucket: copies made under the old one are no longer served."""
+        self._guard()
+        self.words[index] = _random.getrandbits(63) | 1
+
+    def renew_all(self) -> None:
+        """A fresh stamp for every bucket: no copy made so far is served again."""
+        self._guard()
+        fresh = memoryview(os.urandom(8 * BUCKETS)).cast("Q")
+        words = self.words
+        for offset in range(BUCKETS):
+            words[_HEADER_WORDS + offset] = (fresh[offset] >> 1) | 1
+
+    def lease_valid(self) -> bool:
+        return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
+
+    def set_lease(self, until: float) -> None:
+        self._guard()
+        self.lease[0] = until
+
+    def set_listener(self, pid: int) -> None:
+        self._guard()
+        self.words[2] = pid
+
+    def listener_pid(self) -> int:
+        return int(self.words[2])
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.words.release()
+            self.lease.release()
+            if isinstance(self._map, mmap.mmap):
+                self._map.close()
+        except (BufferError, ValueError):
+            pass  # a view is still in use somewhere: the mapping goes with the process
+
+
+def _fresh_image(owner: int) -> bytes:
+    """A whole stamp file: its header (no lease, no listener) and a fresh stamp per bucket."""
+    header = struct.pack("<QdQQ", _MAGIC, 0.0, 0, owner) + bytes(8 * (_HEADER_WORDS - 4))
+    fresh = memoryview(bytearray(os.urandom(8 * BUCKETS))).cast("Q")
+    for offset in range(BUCKETS):
+        fresh[offset] = (fresh[offset] >> 1) | 1
+    return header + fresh.tobytes()
+
+
+def _allocate(fd: int, size: int) -> None:
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, _SIZE)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise  # a full disk: say so rather than fault later
+    if size < _SIZE:
+        os.ftruncate(fd, _SIZE)
+
+
+def reseed_after_fork() -> None:
+    """A forked child draws other stamps than its parent."""
+    _random.seed(os.urandom(32))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=reseed_after_fork)

@@ -1,0 +1,494 @@
+"""The remote tier: Redis as a cache's source of truth, the host's directory a near cache of it.
+
+A Cache opened with ``remote="redis://..."`` makes one `RemoteTier`, and its facade methods hand
+every item operation to it (see `Cache`); without ``remote`` this module is never imported. Writes go to
+Redis first and count as done when Redis acknowledged them; then this host's stamp of the item's
+bucket is bumped, so no process of the host serves an older copy (_remotewords.py). Reads go
+memory tier → this host's SQLite database → Redis, and a copy is served only while its stamp is
+unchanged and the listener's lease is valid (_listener.py keeps both true for other hosts'
+writes). What Redis answered is kept as a copy under the stamp read before asking it.
+
+Copies in the SQLite database are ordinary rows whose ``tag`` column holds their stamp (the real
+tag lives in Redis); the memory tier's entries are validated by the stamp words instead of the
+version words. Operations that cannot be done across hosts raise `RemoteUnsupportedError`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, NoReturn, TypeVar
+
+from .._store import schema as sql
+from .._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
+from .._disk.disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, UNSTORABLE, Disk, as_read_back
+from .._errors import (
+    DiskCacheError, RemoteOutcomeUnknownError, RemoteUnavailableError, RemoteUnsupportedError,
+)
+from .listener import ListenerThread, listener_for, release_listener
+from .._memory.tier import ABSENT, IMMUTABLE_TYPES, MemoryTier
+from .client import RemoteStore
+from .form import decode_item, decode_key, encode_item, encode_key, stamp_hash
+from .stamps import LEASE_AHEAD, RemoteWords
+from .._settings import REMOTE_DEFAULTS
+from .._store.store import MIN_WRITE_CHARGE, Store
+from .._store.versionfile import weak_method
+
+__all__ = ["RemoteTier"]
+
+_BATCH = 500  # names per pipeline in clear and evict
+_INT64 = 2**63
+_REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
+_T = TypeVar("_T")
+
+
+class RemoteTier:
+    """One cache's remote: its Redis store, its stamps, its listener, its own memory tier."""
+
+    def __init__(
+        self, directory: str, store: Store, disk: Disk, native_numbers: bool,
+        code_only: dict[str, Any],
+    ) -> None:
+        options = {**REMOTE_DEFAULTS, **code_only}
+        self._directory = directory
+        self._store = store
+        self._disk = disk
+        self._native_numbers = native_numbers
+        self._max_staleness = float(options["max_staleness"])
+        self._remote = RemoteStore(
+            options["remote"], options["remote_prefix"].encode("utf-8"),
+            float(options["remote_timeout"]),
+        )
+        self._words = RemoteWords(directory, self._remote.prefix)
+        self._memory: MemoryTier | None = None
+        self._remapped()  # (the stamp words' views)
+        self._words.on_remap.append(weak_method(self._remapped))  # (weak: no cycle)
+        self._refresh = bool(options["remote_refresh"])
+        self._closed = False
+        self._listener: ListenerThread | None = listener_for(
+            directory, self._remote, self._words, self._max_staleness, self._refresh
+        )
+
+    def _remapped(self) -> None:
+        """The stamp file was lost and is mapped anew (or private words stand in for it): use
+        its views; the memory tier forgets every copy (their stamps are of the lost file)."""
+        self._stamps = self._words.words
+        self._lease = self._words.lease
+        if self._memory is not None:
+            self._memory.rebind(self._stamps)
+
+    def configure_memory(self, size_limit: int, item_limit: int) -> MemoryTier | None:
+        """This cache's memory tier, validated by the stamp words (see the module docstring)."""
+        if not size_limit or not item_limit:
+            self._memory = None
+        elif self._memory is None:
+            plain_keys = type(self._disk).put is Disk.put
+            self._memory = MemoryTier(
+                self._stamps, size_limit, item_limit, plain_keys, self._native_numbers,
+                self._disk.put,
+            )
+        else:
+            self._memory.set_limits(size_limit, item_limit)
+        return self._memory
+
+    @property
+    def url(self) -> str:
+        """The remote's URL."""
+        return self._remote.url
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def get(self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool) -> Any:
+        """Return the value for `key`, or `default`; a copy on this host only while it is known
+        to be current (else Redis is asked). ``tag=True`` always asks Redis."""
+        memory = self._memory
+        if memory is not None and not (read or expire_time or tag):
+            kind = type(key)
+            if (kind is str or kind is bytes) and memory.plain_keys:
+                map_key: Any = key
+            else:
+                map_key = memory.key_for(key)
+            entry = memory.entries.get(map_key)
+            if entry is not None and self._stamps[entry.word] == entry.tag:
+                now = time.time()
+                expires = entry.expire_time
+                if 0.0 < self._lease[0] - now <= LEASE_AHEAD and (expires is None or expires > now):
+                    memory.hits += 1
+                    try:
+                        memory.entries.move_to_end(map_key)
+                    except KeyError:  # evicted by another thread just now
+                        pass
+                    mode = entry.fetch_mode
+                    if mode is None:
+                        return entry.stored
+                    if mode is ABSENT:
+                        return default
+                    return self._disk.fetch(mode, None, entry.stored, False)
+        return self._get_below_memory(key, default, read, expire_time, tag)
+
+    def _get_below_memory(
+        self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool
+    ) -> Any:
+        disk = self._disk
+        db_key, flag = disk.put(key)
+        raw = 1 if flag else 0  # the int SQLite stores (see put_key)
+        if type(db_key) is float and db_key != db_key:
+            check_key(db_key)  # NaN: a key no write accepts
+        name = encode_key(db_key, raw)
+        index = self._words.index(stamp_hash(name))
+        memory = self._memory
+        if memory is not None:
+            memory.misses += 1
+        now = time.time()
+        if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
+            found = self._local_copy(db_key, raw, index, read, now)
+            if found is not None:
+                value, expires = found
+                return shape(value, expires, None, expire_time, False)
+        self._check_listener()
+        stamp = self._stamps[index]  # before Redis is asked: a change after it bumps it
+        data = self._remote.get(self._remote.name(name))
+        item = None if data is None else decode_item(data)
+        if item is not None and item.expire_time is not None and item.expire_time <= time.time():
+            item = None  # Redis's clock has not caught up with ours yet
+        if item is None:
+            if memory is not None and not (read or expire_time or tag):
+                map_key = memory.map_key(db_key, raw)
+                if map_key is not None:
+                    memory.store(map_key, None, ABSENT, index, stamp, None, db_key, raw)
+            return shape(default, None, None, expire_time, tag)
+        value = disk.fetch(item.mode, None, item.db_value, read)
+        if self._stamps[index] == stamp:
+            self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
+                       item.expire_time, index, stamp)
+        return shape(value, item.expire_time, item.tag, expire_time, tag)
+
+    def _local_copy(
+        self, db_key: Any, raw: Any, index: int, read: bool, now: float
+    ) -> tuple[Any, float | None] | None:
+        """This host's row for the key if its stamp is current: (value, expire_time)."""
+        stamp = self._stamps[index]
+        try:
+            rows = self._store.read(sql.SELECT_ITEM, (db_key, raw, now))
+        except DiskCacheError:
+            return None  # the local copy is only a shortcut
+        if not rows:
+            return None
+        mode, filename, db_value, expires, row_stamp = rows[0]
+        if row_stamp != stamp:
+            return None
+        if filename is not None and not self._native_numbers:  # (standard store and fetch)
+            db_value = None  # the row's size (see SELECT_ITEM): a Disk of its own gets NULL
+        try:
+            value = self._disk.fetch(mode, filename, db_value, read)
+        except FileNotFoundError:
+            return None  # replaced meanwhile, or cut short
+        memory = self._memory
+        if memory is not None and not read and filename is None:
+            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+        return value, expires
+
+    def _remember(
+        self, db_key: Any, raw: Any, mode: int, db_value: Any, value: Any,
+        expires: float | None, index: int, stamp: int,
+    ) -> None:
+        memory = self._memory
+        assert memory is not None
+        map_key = memory.map_key(db_key, raw)
+        if map_key is None:
+            return
+        if memory.faithful and type(value) in IMMUTABLE_TYPES:
+            memory.store(map_key, value, None, index, stamp, expires, db_key, raw)
+        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:  # as a fetch would see it
+            memory.store(map_key, db_value, mode, index, stamp, expires, db_key, raw)
+
+    def _keep(
+        self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
+        expires: float | None, index: int, stamp: int,
+    ) -> None:
+        """Keep what Redis answered as this host's copy, under the stamp read before asking."""
+        disk = self._disk
+        inline = len(db_value) if type(db_value) in (bytes, str) else 0
+        filename = None
+        size = 0
+        if inline >= disk.min_file_size > 0:
+            plain = disk.fetch(mode, None, db_value, False) if read else value
+            size, mode, filename, db_value = disk.store(plain, False, key=key)
+        elif self._memory is not None and not read:
+            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+        charge = size or inline
+        params = (db_key, raw, time.time(), expires, stamp, size, mode, filename, db_value)
+        try:
+            # One try for the write lock: a get never waits for another process's write to
+            # keep a copy (another reader of the host will keep it).
+            with self._store.transaction(timeout=0.0):
+                self._store.write(
+                    sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE)
+                )
+        except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
+            if filename is not None:
+                self._store.forget_new_file(filename)
+
+    def refresh(self, names: list[bytes]) -> int:
+        """Renew this host's copies of items that just changed in Redis; how many were renewed.
+
+        Called by the listener's refresher (_listener.py) after it bumped the stamps of `names`
+        (Redis names without the prefix): for each item this host holds a row of, the new value
+        is read from Redis (one MGET) and kept under the stamp read before asking, exactly
+        as a reader's fill keeps it, so a change after the read makes the copy unservable
+        again. Without it, every write costs each host that holds the item a read from Redis
+        on its next get; with it, the next get is answered here. Only inline values are
+        renewed: an item this host holds as a value file is not read from Redis at all, and
+        waits for a reader, as does a new value at or above ``disk_min_file_size``. A busy
+        lock is waited for briefly.
+        """
+        store = self._store
+        held: list[tuple[Any, bool, bytes, int]] = []
+        for name in dict.fromkeys(names):
+            decoded = decode_key(name)
+            if decoded is None:
+                continue
+            db_key, raw = decoded
+            if store.read(sql.SELECT_HELD, (db_key, raw)):
+                held.append((db_key, raw, name, self._words.index(stamp_hash(name))))
+        if not held:
+            return 0
+        stamps = [self._stamps[index] for _, _, _, index in held]  # before Redis is asked
+        found = self._remote.get_many([self._remote.name(name) for _, _, name, _ in held])
+        limit = self._disk.min_file_size
+        now = time.time()
+        renewed = 0
+        with store.transaction(timeout=_REFRESH_WAIT):
+            for (db_key, raw, _, index), stamp, data in zip(held, stamps, found):
+                if data is None or self._stamps[index] != stamp:
+                    continue  # gone from Redis, or changed again: the next reader asks Redis
+                item = decode_item(data)
+                db_value = item.db_value
+                inline = len(db_value) if type(db_value) in (bytes, str) else 0
+                if (item.expire_time is not None and item.expire_time <= now) or (
+                    inline >= limit > 0
+                ):
+                    continue
+                params = (db_key, raw, now, item.expire_time, stamp, 0, item.mode, None, db_value)
+                store.write(sql.UPSERT, params, False, None, max(inline, MIN_WRITE_CHARGE))
+                renewed += 1
+        return renewed
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def _serialize(self, key: Any, value: Any, read: bool) -> tuple[int, Any]:
+        """``(mode, inline value)`` of a value for Redis: never a value file."""
+        disk = self._disk
+        if read:
+            read_chunk = getattr(value, "read", None)
+            if read_chunk is None:
+                raise TypeError(f"read=True needs a binary file object, not {type(value).__name__}")
+            return MODE_BINARY, read_chunk()
+        if self._native_numbers:
+            kind = type(value)
+            if kind is bytes or kind is str or (kind is float and value == value) or (
+                kind is int and -_INT64 <= value < _INT64
+            ):
+                if kind is str:
+                    value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
+                return MODE_RAW, value
+            return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
+        size, mode, filename, db_value = disk.store(value, False, key=key)
+        if filename is None:
+            return mode, db_value
+        path = os.path.join(self._directory, filename)
+        try:
+            with open(path, "rb") as handle:
+                return mode, handle.read()
+        finally:
+            disk.remove(path)
+
+    def store_item(
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
+    ) -> bool:
+        """set and add: Redis first (SET, NX for add, the expiry as its TTL), then the stamp."""
+        self._check_listener()  # (the copies its gets will make need one)
+        db_key, raw = put_key(self._disk, key)
+        expires = None if expire is None else expire_at(time.time(), expire)
+        if tag is not None:
+            tag = check_tag(tag)
+        try:
+            mode, db_value = self._serialize(key, value, read)
+        except UnicodeEncodeError:
+            check_bindable("value", value)
+            raise
+        data = encode_item(mode, db_value, expires, tag)
+        name = encode_key(db_key, raw)
+        full = self._remote.name(name)
+        only_new = statement is sql.ADD
+        stored = self._written(name, lambda: self._remote.set(full, data, expires, only_new))
+        if stored:
+            self._bump(name)
+        return stored
+
+    def _bump(self, name: bytes) -> None:
+        self._words.bump(self._words.index(stamp_hash(name)))
+
+    def _written(self, name: bytes, write: Callable[[], _T]) -> _T:
+        """``write()``; when its outcome is unknown (RemoteOutcomeUnknownError, raised on), the
+        item's stamp is bumped first: Redis may apply it yet, and no copy of this host may
+        outlive it (the listener bumps it again when Redis reports the change)."""
+        try:
+            return write()
+        except RemoteOutcomeUnknownError:
+            self._bump(name)
+            raise
+
+    def _name(self, key: Any) -> tuple[bytes, bytes]:
+        db_key, raw = put_key(self._disk, key)
+        name = encode_key(db_key, raw)
+        return name, self._remote.name(name)
+
+    def touch(self, key: Any, expires: float | None) -> bool:
+        """Set a new expire time for `key` (in Redis, its TTL too); True when it was present."""
+        name, full = self._name(key)
+        touched = self._written(name, lambda: self._remote.touch(full, expires))
+        self._bump(name)
+        return touched
+
+    def delete(self, key: Any) -> bool:
+        """Remove `key` from Redis; True when it was there."""
+        name, full = self._name(key)
+        removed = self._written(name, lambda: self._remote.delete(full))
+        self._bump(name)
+        return removed
+
+    def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
+        """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
+        name, full = self._name(key)
+        data = self._written(name, lambda: self._remote.pop(full))
+        self._bump(name)
+        item = None if data is None else decode_item(data)
+        if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
+            return shape(default, None, None, expire_time, tag)
+        value = self._disk.fetch(item.mode, None, item.db_value, False)
+        return shape(value, item.expire_time, item.tag, expire_time, tag)
+
+    def update(self, key: Any, function: Callable[[Any], Any], default: Any) -> Any:
+        """Replace the value at `key` by ``function(value)``, atomically across hosts; return it.
+        A missing key starts from `default` (KeyError when None). Expiry and tag stay."""
+        if default is None:
+            default = ENOVAL
+
+        def replace(current: Any) -> tuple[Any, Any]:
+            if current is ENOVAL:
+                raise KeyError(key)
+            value = function(current)
+            return value, value
+
+        return self.change(key, replace, default, KEEP, KEEP)
+
+    def change(
+        self, key: Any, function: Callable[[Any], tuple[Any, Any]], default: Any,
+        expire: Any, tag: Any,
+    ) -> Any:
+        """Atomically across hosts: ``new, result = function(value or default)``; store `new`
+        (with `expire` seconds and `tag`, or the item's own for KEEP), delete the item for
+        DELETE, leave it for KEEP; return `result`. Compare-and-set in Redis, retried while
+        other writers get in between."""
+        name, full = self._name(key)
+        remote = self._remote
+        if tag is not KEEP and tag is not None:
+            tag = check_tag(tag)
+        while True:
+            old = remote.get(full)
+            item = None if old is None else decode_item(old)
+            stored_expiry = None if item is None else item.expire_time
+            if stored_expiry is not None and stored_expiry <= time.time():
+                item = None  # expired: as missing, but compared against what is there
+            current = default if item is None else self._disk.fetch(
+                item.mode, None, item.db_value, False
+            )
+            value, result = function(current)
+            if value is KEEP:
+                return result
+            if value is DELETE:
+                new = None
+                expires = None
+            else:
+                if expire is KEEP:
+                    expires = None if item is None else item.expire_time
+                else:
+                    expires = None if expire is None else expire_at(time.time(), expire)
+                keep_tag = None if item is None else item.tag
+                mode, db_value = self._serialize(key, value, False)
+                new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
+            if self._written(name, lambda: remote.compare_and_set(full, old, new, expires)):
+                self._bump(name)
+                return result
+
+    # --- whole cache ----------------------------------------------------------------------------
+
+    def clear(self) -> int:
+        """Remove every item under the prefix from Redis; the count removed. Items written while
+        it runs may stay. (The facade then clears this host's copies.)"""
+        removed = self._each_batch(self._remote.delete_names)
+        self._words.renew_all()
+        return removed
+
+    def evict(self, tag: Any) -> int:
+        """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
+        tag = check_tag(tag)
+        removed = self._each_batch(lambda names: self._remote.evict_tag(names, tag))
+        self._words.renew_all()
+        return removed
+
+    def _each_batch(self, action: Callable[[list[bytes]], int]) -> int:
+        """`action` on the prefix's names, a batch at a time; the total it returned. Should
+        Redis fail midway, the error raised says in ``args[0]`` how many were removed before
+        (as `Timeout` does for a bulk removal); a `RemoteOutcomeUnknownError` when the failed
+        batch may have been applied, part or whole."""
+        total = 0
+        batch: list[bytes] = []
+        try:
+            for name in self._remote.names():
+                batch.append(name)
+                if len(batch) >= _BATCH:
+                    total += action(batch)
+                    batch = []
+            return total + int(action(batch))
+        except RemoteUnavailableError as exc:
+            self._words.renew_all()  # (a batch whose outcome is unknown may yet be applied)
+            raise type(exc)(total, f"{exc} ({total} removed before)") from exc
+
+    # --- what a remote cannot do ----------------------------------------------------------------
+
+    @staticmethod
+    def unsupported(what: str) -> NoReturn:
+        """Raise RemoteUnsupportedError for `what`, an operation that would be host-local."""
+        raise RemoteUnsupportedError(
+            f"{what} is not supported on a cache with a remote: it would act on this host's"
+            " copy only (see the 'Many hosts' documentation)"
+        )
+
+    # --- the listener ---------------------------------------------------------------------------
+
+    def _check_listener(self) -> None:
+        """A forked child, a cache whose listener thread stopped, and one used again after
+        `close` get their own candidate."""
+        listener = self._listener
+        if listener is None:
+            if self._closed:
+                self._closed = False
+                self._listener = listener_for(
+                    self._directory, self._remote, self._words, self._max_staleness,
+                    self._refresh,
+                )
+        elif listener.pid != os.getpid() or not listener.is_alive():
+            self._listener = listener_for(
+                self._directory, self._remote, self._words, self._max_staleness, self._refresh
+            )
+
+    def close(self) -> None:
+        """Close this tier's connections; the listener stops with the last cache of the
+        directory in this process (another process takes over)."""
+        listener, self._listener = self._listener, None
+        self._closed = listener is not None  # used again: a candidate anew (`_check_listener`)
+        if listener is not None and listener.pid == os.getpid():
+            release_listener(listener)
+        self._remote.close()

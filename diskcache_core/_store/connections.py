@@ -1,0 +1,578 @@
+"""One SQLite connection per thread per cache, safe across fork().
+
+SQLite forbids using — or closing — a connection inherited across ``fork()`` (invariant 4).
+Instead of checking ``os.getpid()`` on every call (a system call on the hot path), a fork hook
+tells every live pool in the child to drop its connections: they are parked in a module list
+for the life of the child, so that not even garbage collection closes them, and the child opens
+fresh ones on first use. Where a parked connection leaves SQLite's per-process state of a
+database in the child, the child takes the file locks that state claims (`_hold_inherited`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import os.path as op
+import sqlite3
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Callable
+
+from . import workers as _workers
+from .checkpointer import BACKSTOP_PAGES
+from .dbfile import open_if_exists, refuse_special_file
+from .._log import lost_file
+from .._errors import (
+    DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
+)
+from .._memory.tier import change_recorder
+from .schema import (
+    NEW_VALUE_FUNCTION,
+    RELEASE_FUNCTION,
+    RELEASE_TRIGGERS,
+    VERSION_FUNCTION,
+    VERSION_INSERT_FUNCTION,
+    VERSION_TRIGGERS,
+    database_uri,
+    set_pragma,
+)
+from .mapwatch import watch
+from .readonly import FetchedRows, ReadOnlyReader
+from .versionfile import (
+    FILE_SIZE, LOST_WORDS, VERSION_FILE, WordsCell, remap_versions, versions_intact, weak_method, write_locked,
+)
+from .workers import close_if_idle
+
+NO_VALUE = object()  # ThreadState.new_value before a statement sets it
+# Bytes of WAL kept after a checkpoint: a bulk write may grow it far beyond, but not for good.
+WAL_SIZE_LIMIT = 2**23
+# Seconds between a thread's looks that its connection's database file is still the cache's
+# (one stat, before a write): a removed directory is followed within this.
+RECHECK_INTERVAL = 0.1
+# Seconds at least that a read opening its thread's connection waits for a lock (another
+# process's WAL recovery, or the checkpoint its last connection makes at close): never a false
+# miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
+OPEN_WAIT = 60.0
+
+__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
+
+# Connections inherited from a parent process: never used, never closed, never collected.
+_INHERITED: list[Any] = []
+# SQLite's POSIX locks (os_unix.c; the lock-byte page of its file format): a connection's SHARED
+# lock on a database is a read lock on these bytes of the file, and each connection that maps a
+# WAL index holds a read lock on its "dead man switch" byte while it does.
+_SHARED_FIRST = 2**30 + 2
+_SHARED_SIZE = 510
+_WAL_INDEX_DMS = 128
+_LOCK_TRIES = 200  # a lock held exclusively for a moment (a closing connection's check) is retried
+# Descriptors of the databases (and WAL indexes) whose SQLite state a child inherited, kept open
+# for the life of the process (closing one would drop all its locks on that file), per file.
+_HELD: dict[tuple[int, int], tuple[int, int]] = {}
+_live_pools: "weakref.WeakSet[ConnectionPool]" = weakref.WeakSet()
+
+
+class ThreadState:
+    """One thread's connection to one cache, and the files its open transaction touched."""
+
+    __slots__ = (
+        "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
+        "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
+        "identity", "recheck_at", "words",
+    )  # fmt: skip
+
+    def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
+        self.con = con
+        self.execute: Callable[..., sqlite3.Cursor] = con.execute
+        # For reads whose rows are all fetched at once (``fetchall``: the statement has then run
+        # to its end and been reset, so no read transaction stays open between calls): one
+        # cursor, reused, saves ``con.execute`` making a new one (~0.2 us a get, measured).
+        self.read: Callable[..., Any] = con.cursor().execute
+        # Value files that committed-or-pending statements stopped naming (filled by a trigger).
+        self.released: list[str] = []
+        # Value files written for rows of the open transaction (removed if it rolls back).
+        self.created: list[str] = []
+        # Nesting depth of explicit transactions (0: autocommit).
+        self.depth = 0
+        self.thread = thread
+        # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
+        self.new_value: Any = NO_VALUE
+        # Memory-tier buckets bumped by the open transaction or statement: version-word index
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory.py).
+        self.versions: dict[int, int] = {}
+        # Bytes written by the open transaction: counted towards the size check at its commit.
+        self.charge = 0
+        # Of those, the bytes written to the WAL: values stored inline (not in value files).
+        self.logged = 0
+        # Whether the latest `Store.write` inserted a row (set by the insert trigger's function).
+        self.inserted = False
+        # Runs the statements instead of `con` where this process may only read the database.
+        self.reader: ReadOnlyReader | None = None
+        # close() was called inside this thread's transaction: closed once the transaction ends.
+        self.close_after = False
+        # Parked in a forked child (see the module docstring): the parent's, never used here.
+        self.inherited = False
+        # The database file it opened, and when to look again that it is the cache's (`moved`);
+        # the version words its triggers bump (a memory tier keeps what it reads only if the same).
+        self.identity: Any = None
+        self.recheck_at = 0.0
+        self.words: memoryview | None = None
+
+    def close(self) -> None:
+        self.con.close()
+        if self.reader is not None:
+            self.reader.close()
+
+    def capture(self, value: Any) -> Any:
+        """SQL function body: remember `value` and pass it through."""
+        try:
+            self.new_value = value
+        except BaseException as exc:  # (a signal handler's: see _errors.note_interrupt)
+            note_interrupt(exc)
+            raise
+        return value
+
+    def insert_recorder(self, item_changed: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The insert trigger's SQL function: `item_changed`, and note the insert."""
+
+        def item_inserted(db_key: Any) -> None:
+            try:
+                self.inserted = True
+                item_changed(db_key)
+            except BaseException as exc:  # (as in capture)
+                note_interrupt(exc)
+                raise
+
+        return item_inserted
+
+
+class ConnectionPool:
+    """Opens, hands out and closes the per-thread connections of one cache database."""
+
+    def __init__(self, path: str, timeout: float, configure: Callable[[sqlite3.Connection], None]):
+        self.path = path
+        self.timeout = timeout
+        # Seconds SQLite's busy handler waits on the per-thread connections (0 where the lock
+        # handoff wakes waiting writers instead; see _store.Store).
+        self.busy_wait = timeout
+        self._configure = configure
+        self.local = threading.local()
+        self._states: list[ThreadState] = []
+        self._lock = threading.Lock()
+        self.read_only = False
+        self.immutable = False  # opening: the database cannot be read through a WAL index
+        # The memory tier's version words (see _versionfile; `words`); None while none is open.
+        # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
+        self.cell = WordsCell()
+        self.cell.remap = weak_method(self._remap_in_statement)
+        self.words_identity: tuple[int, int] | None = None
+        self.mapped: mmap.mmap | None = None  # their mapping (None: none, or LOST_WORDS)
+        # Held to find them lost and to map them anew: one thread decides at a time (a check
+        # made before another thread's recovery must not undo it).
+        self._versions_lock = threading.RLock()
+        self.rebinds: list[Callable[[memoryview], None]] = []
+        # Makes the directory and database anew, removed while open (None: stays an error);
+        # checks the directory before each connection (None: any directory).
+        self.recreate: Callable[[], None] | None = None
+        self.guard: Callable[[], None] | None = None
+        _live_pools.add(self)
+        # Dropped unclosed: its connections close (their SQL functions' cycle evades the gc).
+        weakref.finalize(self, _close_states, self._states).atexit = False
+
+    def connect(self, timeout: float | None = None) -> sqlite3.Connection:
+        """A new connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``)."""
+        wait = self.timeout if timeout is None else timeout
+        if self.read_only:
+            uri = database_uri(self.path, "mode=ro&immutable=1" if self.immutable else "mode=ro")
+            return sqlite3.connect(uri, timeout=wait, isolation_level=None, uri=True,
+                                   check_same_thread=False)
+        return sqlite3.connect(self.path, timeout=wait, isolation_level=None,
+                               check_same_thread=False)
+
+    def state(self, retry: bool = False, wait: float | None = None) -> ThreadState:
+        """This thread's state, opening its connection on first use. Opening waits the cache's
+        timeout (`wait`, for a read) while the database is locked (another process's WAL
+        recovery, or its last connection's checkpoint at close), and again and again with
+        `retry`."""
+        try:
+            current: ThreadState = self.local.state
+            return current
+        except AttributeError:
+            pass
+        while True:
+            try:
+                state = self._open_state(self.timeout if wait is None else wait)
+                break
+            except sqlite3.Error as exc:
+                if not (retry and is_busy(exc)):
+                    raise translate_sqlite_error(exc, self.path) from exc
+        with self._lock:
+            self._close_dead_threads()
+            self._states.append(state)
+        self.local.state = state
+        self.local.execute = state.execute
+        self.local.read = state.read
+        return state
+
+    def _open_state(self, wait: float) -> ThreadState:
+        if self.read_only:
+            state = ThreadState(sqlite3.connect(":memory:", check_same_thread=False),
+                                threading.current_thread())  # stands in: never written
+            state.reader = ReadOnlyReader(self)
+            state.execute = state.read = state.reader.execute
+            return state
+        if self.guard is not None:
+            self.guard()  # (a FanoutCache's shard: its directory must not be a link)
+        refuse_special_file(self.path)  # never a planted link, even swapped in while open
+        if self.recreate is not None and not op.exists(self.path):
+            self.recreate()  # the directory was removed while open: the cache goes on, empty
+        con = self.connect(timeout=wait)  # the setup below may find the database busy
+        try:
+            # The checkpoint thread copies the WAL as it grows; a writer does it only past this
+            # (``sqlite_wal_autocheckpoint``, applied next, overrides it).
+            con.execute(set_pragma("wal_autocheckpoint", BACKSTOP_PAGES)).fetchall()
+            self._configure(con)
+            con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
+            state = ThreadState(con, threading.current_thread())
+            con.create_function(RELEASE_FUNCTION, 1, state.released.append)
+            con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
+            for statement in RELEASE_TRIGGERS:
+                con.execute(statement)
+            if self.words is None:
+                raise RuntimeError("the version file must be open before the first write connection")
+            self._check_versions()
+            state.words = self.words
+            item_changed = change_recorder(state, self.cell)
+            con.create_function(VERSION_FUNCTION, 1, item_changed)
+            con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
+            for statement in VERSION_TRIGGERS:
+                con.execute(statement)
+            con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
+            state.identity = self._database_file()
+            state.recheck_at = time.monotonic() + RECHECK_INTERVAL
+        except BaseException:
+            con.close()
+            raise
+        return state
+
+    def moved(self, state: ThreadState) -> bool:
+        """Whether the file at the cache's path is no longer the database `state`'s connection
+        opened: the directory was removed (and perhaps made anew by another process), and
+        that connection reads and writes a deleted file no other process sees."""
+        return state.identity is None or self._database_file() != state.identity
+
+    def _database_file(self) -> tuple[int, int] | None:
+        """The file at the cache's path, not following a link (None: none, or no directory)."""
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    @property
+    def words(self) -> memoryview | None:
+        """The version words (`LOST_WORDS` while their file is lost and not yet mapped anew)."""
+        return self.cell.words
+
+    @words.setter
+    def words(self, words: memoryview | None) -> None:
+        if words is not None and self.cell.words is None:
+            watch(self)  # (a pool whose words are dropped again is checked in vain: harmless)
+        self.cell.words = words
+        self.mapped = words.obj if words is not None and isinstance(words.obj, mmap.mmap) else None
+
+    def _check_versions(self) -> None:
+        """Before a new connection's triggers are bound to the version words: if the cache
+        directory was removed and made anew since they were mapped (this object closed, or a new
+        thread), the connection has opened the new database, whose writers bump the new version
+        file; if the version file alone was shrunk or replaced, the directory's is the one
+        other processes bump from now on. Map that, and tell the store and the memory tier
+        (`ensure_versions`)."""
+        if self.words is LOST_WORDS or not self._intact():
+            self.ensure_versions()
+
+    # --- a lost version file (see _mapwatch.py) -------------------------------------------------
+
+    def _intact(self) -> bool:
+        words, identity = self.words, self.words_identity
+        return (
+            words is None or identity is None or words is LOST_WORDS
+            or versions_intact(words, identity, op.dirname(self.path))
+        )
+
+    def check_mapping(self) -> None:
+        """(_mapwatch's thread, every WATCH_INTERVAL) Whether the version file is whole and still
+        the directory's; if not, stop using it at once, and map it anew if that can be done
+        now (else the next round or write tries again; a write raises where it cannot).
+
+        A pool whose database is gone (its directory removed) is left to the writes, which
+        follow the removal (`Store._recheck`): its mapping, of a removed file, stays whole."""
+        with self._versions_lock:
+            if self.words is not LOST_WORDS:
+                if self._intact() or not op.exists(self.path):
+                    return
+                self.lose_versions()
+            elif not op.exists(self.path):
+                return
+        self.ensure_versions(wait=0.0)  # (a writer holds the lock: the next round again)
+
+    def versions_shrunk(self) -> bool:
+        """Whether the mapped version file is shorter than its words (one ``fstat``, before
+        each write: a store past the file's end would kill the process with SIGBUS)."""
+        mapped = self.mapped
+        return mapped is not None and mapped.size() < FILE_SIZE
+
+    def versions_lost(self) -> bool:
+        """Whether the version file was lost and not yet mapped anew (a write must not run)."""
+        return self.words is LOST_WORDS or not self._intact()
+
+    def lose_versions(self) -> None:
+        """Switch every user of the version words to `LOST_WORDS`: nothing is answered from
+        memory, filled, or stored through the lost mapping from now on."""
+        self._rebind(LOST_WORDS, self.words_identity)
+        lost_file(op.join(op.dirname(self.path), VERSION_FILE), "the memory tier answers nothing")
+        with self._lock:
+            for state in self._states:
+                state.recheck_at = 0.0  # its next write recovers first (Store._recheck)
+
+    def recover_versions(self, in_transaction: bool) -> None:
+        """Before a write, the version file was found shrunk or replaced: stop using it (a
+        store past a shrunk file's end kills the process) and map the directory's anew — at
+        once inside a transaction, which holds the write lock (see `WordsCell.writable`)."""
+        with self._versions_lock:
+            if self.words is not LOST_WORDS:
+                self.lose_versions()
+        if not in_transaction:
+            self.ensure_versions()
+
+    def ensure_versions(self, wait: float | None = None) -> None:
+        """Map the directory's version file anew after it was lost, every word renewed under
+        the database's write lock (`_versionfile.remap_versions`). `wait`: for the lock (None:
+        the cache's timeout). Raises DatabaseError (or a storage error) when that cannot be
+        done now; the words stay `LOST_WORDS` then."""
+        if self.words is not LOST_WORDS and self._intact():
+            return
+        # The write lock first, then `_versions_lock`: the order of a writing statement's
+        # trigger that maps the file anew (`_remap_in_statement`).
+        with write_locked(self.path, self.timeout if wait is None else wait):
+            self._remap()
+
+    def _remap(self) -> memoryview:
+        """With the write lock held by this thread: the version words, mapped anew if they are
+        lost or their file is. Raises as `ensure_versions` (the words stay `LOST_WORDS`)."""
+        with self._versions_lock:
+            words = self.words
+            if words is not None and words is not LOST_WORDS and self._intact():
+                return words  # (another thread mapped it anew meanwhile)
+            if words is not LOST_WORDS:
+                self.lose_versions()
+            words, identity = remap_versions(self.path)
+            self._rebind(words, identity)
+            return words
+
+    def _remap_in_statement(self) -> memoryview | None:
+        """`_remap` for a writing statement's trigger (`WordsCell.writable`); None: it failed."""
+        try:
+            return self._remap()
+        except (OSError, DatabaseError):
+            return None
+
+    def _rebind(self, words: memoryview, identity: tuple[int, int] | None) -> None:
+        """Use `words` from now on: this pool's connections (their triggers read `cell`), the
+        fill checks of those connected to the cache's database now (one connected to a removed
+        one must fill nothing: `MemoryTier.begin_fill`), and everyone in `rebinds` (the store;
+        the memory tier forgets all)."""
+        self.words, self.words_identity = words, identity
+        database = None if words is LOST_WORDS else self._database_file()
+        with self._lock:
+            for state in self._states:
+                if words is LOST_WORDS or state.identity == database:
+                    state.words = words
+        for rebind in self.rebinds:
+            rebind(words)
+
+    def configure(self, con: sqlite3.Connection) -> None:
+        """Apply the per-connection settings to `con`."""
+        self._configure(con)
+
+    def warn_unindexed(self) -> None:
+        """Say once that this read-only database has no WAL index that reads could use."""
+        warnings.warn(
+            f"{self.path!r} may only be read here and no writer has it open (no -shm): each read"
+            " opens it afresh until a writer does (slow, never stale). Give this user write"
+            " permission on the cache directory to read at full speed.",
+            ReadOnlyCacheWarning,
+            stacklevel=4,
+        )
+
+    def _close_dead_threads(self) -> None:
+        # Threads come and go (a web server's workers): close what finished threads left open.
+        alive = []
+        for state in self._states:
+            if state.thread.is_alive():
+                alive.append(state)
+            else:
+                state.close()
+        self._states[:] = alive
+
+    def close_all(self) -> None:
+        """Close every connection of this pool that no thread can be using: the calling
+        thread's, those of finished threads, and those of the library's idle worker threads
+        (see `worker_task`). Each reopens on its thread's next use.
+
+        Another live thread's connection is left open: closing it while that thread may be
+        inside a statement, or inside a transaction, is not safe. It is closed by that thread's
+        own close(), or once the thread has finished.
+        """
+        current = threading.current_thread()
+        mine = getattr(self.local, "state", None)
+        if mine is not None and (mine.depth or mine.con.in_transaction):
+            mine.close_after = True  # inside this thread's transaction: closed when it ends
+        with _workers.lock, self._lock:
+            keep = []
+            for state in self._states:
+                thread = state.thread
+                if state.close_after:
+                    keep.append(state)
+                elif thread is current or not thread.is_alive() or close_if_idle(thread, self):
+                    state.close()
+                else:
+                    keep.append(state)
+            self._states[:] = keep
+        if mine is None or not mine.close_after:
+            self._forget_thread_state()
+
+    def _forget_thread_state(self) -> None:
+        """Forget the calling thread's connection (closed, or not its own to use): the next call
+        opens a new one."""
+        for name in ("state", "execute", "read"):
+            with contextlib.suppress(AttributeError):
+                delattr(self.local, name)
+
+    def close_current(self) -> None:
+        """Close the calling thread's connection; the next call opens a new one."""
+        state = getattr(self.local, "state", None)
+        if state is None:
+            return
+        del self.local.state
+        del self.local.execute
+        del self.local.read
+        with self._lock:
+            if state in self._states:
+                self._states.remove(state)
+        state.close()
+
+    def _close_idle_before_fork(self) -> None:
+        """In the parent, just before ``fork()``: close the connections that no thread can be
+        using — the forking thread's (unless inside a transaction) and those of finished threads.
+
+        A connection open at the fork leaves SQLite's per-process state of the database (which
+        locks it holds, its mapping of the WAL index) in the child, where new connections share
+        it: the child then takes no locks of its own, and when the parent closes, SQLite removes
+        the WAL and its index under the child, whose later reads are stale and whose writes are
+        lost. What is closed here is reopened on next use, in parent and child alike.
+        """
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is opening or closing a connection: leave them all
+        try:
+            current = threading.current_thread()
+            keep = []
+            for state in self._states:
+                idle = not state.thread.is_alive() or (
+                    state.thread is current and not state.depth and not state.con.in_transaction
+                )
+                if idle:
+                    state.close()
+                else:
+                    keep.append(state)
+            self._states[:] = keep
+            mine = getattr(self.local, "state", None)
+            if mine is not None and mine not in keep:
+                self._forget_thread_state()
+        finally:
+            self._lock.release()
+
+    def _forget_inherited(self) -> None:
+        """In a forked child: park the parent's connections and start afresh."""
+        if self._states:
+            _hold_inherited(self.path)
+        for state in self._states:
+            state.inherited = True
+        _INHERITED.extend(self._states)
+        self._states.clear()
+        self._lock = threading.Lock()
+        self._versions_lock = threading.RLock()
+        # Only the forking thread lives on in the child; `local` stays the same object (caches
+        # hold it for speed), so clearing that thread's entries is enough.
+        self._forget_thread_state()
+
+
+def _close_states(states: list[ThreadState]) -> None:
+    """Close the connections of a pool no one can use any more (not at exit: a daemon thread
+    may be in a statement)."""
+    for state in states:
+        with contextlib.suppress(Exception):
+            state.close()  # (a finalizer: nothing to report to)
+    states.clear()
+
+
+def _before_fork() -> None:
+    for pool in list(_live_pools):
+        pool._close_idle_before_fork()
+
+
+def _after_fork_in_child() -> None:
+    for db_fd, shm_fd in _HELD.values():  # inherited by this process's parent, parked here too
+        _take_read_locks(db_fd, shm_fd)
+    for pool in list(_live_pools):
+        pool._forget_inherited()
+
+
+def _hold_inherited(path: str) -> None:
+    """In a forked child that parks connections to the database `path`: take the read locks that
+    SQLite's inherited per-process state says this process holds.
+
+    POSIX locks are not inherited by a child, but SQLite's record of them is: the child's new
+    connections share it, and so take no SHARED lock on the database and no lock on the WAL
+    index's dead man switch. Without those, the parent's last close would checkpoint and remove
+    the WAL and its index under the child (whose later writes would go to a deleted file), and a
+    later opener would reset the index the child still maps. The locks last as long as the child.
+    """
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return
+    identity = (info.st_dev, info.st_ino)
+    if identity in _HELD:
+        return  # its locks are taken (a second cache on the same database)
+    try:
+        db_fd = open_if_exists(path)
+        shm_fd = open_if_exists(path + "-shm") if db_fd != -1 else -1
+    except DatabaseError:
+        return  # not a regular file: no connection of ours was open to it
+    if db_fd == -1:
+        return
+    _HELD[identity] = (db_fd, shm_fd)
+    _take_read_locks(db_fd, shm_fd)
+
+
+def _take_read_locks(db_fd: int, shm_fd: int) -> None:
+    """Read-lock SQLite's SHARED bytes of a database and the dead man switch of its WAL index."""
+    import fcntl  # POSIX only, as fork() is
+
+    for fd, start, length in ((db_fd, _SHARED_FIRST, _SHARED_SIZE), (shm_fd, _WAL_INDEX_DMS, 1)):
+        if fd == -1:
+            continue
+        for _ in range(_LOCK_TRIES):
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, length, start)
+                break
+            except OSError:
+                time.sleep(0.001)  # another process holds it exclusively, for a moment
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
