@@ -108,3 +108,19 @@ def hold_lock(directory, options, key, lease, ready):
     assert diskcache_core.Lock(cache, key).acquire(timeout=WAIT)
     ready.set()
     time.sleep(WAIT * 4)  # killed by the test
+
+
+def fanout_leases_valid(cache):
+    """Whether every shard of FanoutCache `cache` serves copies (its listener's lease holds)."""
+    return all(shard._remote._words.lease_valid() for shard in cache._shards)
+
+
+def hold_fanout(directory, options, shards, ready):
+    """Open a FanoutCache with a remote, wait until each shard's lease holds (whichever process
+    listens), say ready, then idle until killed."""
+    cache = diskcache_core.FanoutCache(directory, shards=shards, **options)
+    limit = time.monotonic() + WAIT
+    while time.monotonic() < limit and not fanout_leases_valid(cache):
+        time.sleep(0.01)
+    ready.set()
+    time.sleep(WAIT * 4)  # killed by the test

@@ -861,7 +861,7 @@ def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
 ):
     from diskcache_core._remote import listener as _listener
     from diskcache_core._remote.client import RemoteStore
-    from diskcache_core._remote.stamps import RemoteWords
+    from diskcache_core._remote.stamps import StampSet
 
     monkeypatch.setattr(_listener, "_PING_EVERY", 3600.0)  # only the closed socket can tell
     errors: list[BaseException] = []
@@ -876,7 +876,7 @@ def test_a_closed_tracking_connection_ends_the_lease_before_any_ping(
 
     monkeypatch.setattr(_listener.Listener, "_listen", recording)
     remote = RemoteStore(url, prefix.encode(), 5.0)
-    words = RemoteWords(str(tmp_path), prefix.encode())
+    words = StampSet([(str(tmp_path), prefix)])
     granted: list[int] = []  # for each lease granted, how many times listening had started
     starts: list[int] = []
     renew_all, set_lease = words.renew_all, words.set_lease
@@ -912,7 +912,7 @@ def test_the_listener_listens_on_descriptors_past_1024(tmp_path, url, prefix):
 
     from diskcache_core._remote.listener import Listener
     from diskcache_core._remote.client import RemoteStore
-    from diskcache_core._remote.stamps import RemoteWords
+    from diskcache_core._remote.stamps import StampSet
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 1200
@@ -923,7 +923,7 @@ def test_the_listener_listens_on_descriptors_past_1024(tmp_path, url, prefix):
     filler = os.open(os.devnull, os.O_RDONLY)
     held = [os.dup(filler) for _ in range(1100)]  # the listener's sockets come after these
     remote = RemoteStore(url, prefix.encode(), 5.0)
-    words = RemoteWords(str(tmp_path), prefix.encode())
+    words = StampSet([(str(tmp_path), prefix)])
     stop = threading.Event()
     thread = threading.Thread(target=Listener(remote, words, 3600.0, stop.is_set).run, daemon=True)
     try:
@@ -1002,3 +1002,77 @@ def test_a_process_leaving_before_handing_its_listener_the_settings_prints_nothi
         eventually(cache._remote._words.lease_valid)
     finally:
         cache.close()
+
+
+# --- the remote-backed Cache class, and update ---------------------------------------------------
+
+
+class _Logged(Cache):
+    """A user's subclass overriding an item method: its override comes first with a remote too."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls = []
+        super().__init__(*args, **kwargs)
+
+    def get(self, key, *args, **kwargs):
+        self.calls.append(key)
+        return super().get(key, *args, **kwargs)
+
+
+def test_a_cache_with_a_remote_is_a_remote_backed_cache(hosts, tmp_path, url, prefix):
+    (cache,) = hosts(1)
+    from diskcache_core._cache.cache import RemoteCache
+
+    assert type(cache) is RemoteCache and isinstance(cache, Cache)
+    assert repr(cache).startswith("Cache(") and "remote=" in repr(cache)
+    local = Cache(str(tmp_path / "local"))
+    try:
+        assert type(local) is Cache and local.remote is None
+    finally:
+        local.close()
+    logged = _Logged(str(tmp_path / "logged"), remote=url, remote_prefix=prefix)
+    try:
+        assert isinstance(logged, _Logged) and isinstance(logged, RemoteCache)
+        assert repr(logged).startswith("_Logged(")
+        logged.set("k", "v")
+        assert logged.get("k") == "v" and logged.calls == ["k"]
+        with pytest.raises(RemoteUnsupportedError):
+            len(logged)
+        copy = pickle.loads(pickle.dumps(logged))
+        try:
+            assert type(copy) is type(logged) and copy.remote == url and copy.get("k") == "v"
+            assert copy.calls == ["k"]
+        finally:
+            copy.close()
+    finally:
+        logged.close()
+
+
+def test_update_is_a_compare_and_set_across_hosts(hosts):
+    a, b = hosts(2)
+
+    def work(cache):
+        for _ in range(40):
+            cache.update("total", lambda value: value + 1, default=0)
+
+    threads = [threading.Thread(target=work, args=(cache,)) for cache in (a, b, a, b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(helpers.WAIT)
+    assert a.get("total") == 160
+    eventually(lambda: b.get("total") == 160)
+
+
+def test_update_with_a_remote_keeps_expiry_and_tag_and_knows_keep_and_delete(hosts):
+    a, b = hosts(2)
+    a.set("k", 1, expire=100, tag="t")
+    assert b.update("k", lambda value: value + 1) == 2
+    value, expiry, tag = a.get("k", expire_time=True, tag=True)
+    assert (value, tag) == (2, "t") and expiry > time.time() + 90
+    assert b.update("k", lambda value: b.KEEP, expire=1) == 2
+    assert a.get("k", expire_time=True, tag=True) == (2, expiry, "t")
+    assert b.update("k", lambda value: b.DELETE, default="gone") == "gone"
+    eventually(lambda: "k" not in a)
+    assert a.update("new", lambda value: value, default=5, expire=None, tag="x") == 5
+    assert b.get("new", tag=True) == (5, "x")

@@ -14,7 +14,7 @@ import os
 import os.path as op
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .._store import checkpointer as _checkpointer
 from .._store import reaper as _reaper
@@ -44,9 +44,6 @@ from .._settings import (
     validate_settings,
 )
 from .._store.store import Store
-
-if TYPE_CHECKING:
-    from .._remote.tier import RemoteTier
 
 __all__ = ["CacheBase"]
 
@@ -118,14 +115,11 @@ class CacheBase:
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
         # sampled tier (_memory.py, "Sampling") is skipped.
         self._lookups: MemoryTier | None = None
-        # With a remote (Redis holds the items): the tier every item operation goes through.
-        self._remote: RemoteTier | None = None
-        if code_only.get("remote") is not None:
-            from .._remote.tier import RemoteTier  # imports redis: only when a remote is used
+        self._open_tiers(code_only)
 
-            self._remote = RemoteTier(
-                directory, self._store, opened.disk, self._native_numbers, code_only
-            )
+    def _open_tiers(self, code_only: dict[str, Any]) -> None:
+        """The tiers above the store, once the parts are made: here the memory tier (a cache
+        with a remote adds its remote tier first: `RemoteItems`)."""
         self._configure_memory()
 
     # --- settings -------------------------------------------------------------------------------
@@ -247,12 +241,14 @@ class CacheBase:
 
     # --- the memory tier (per object and process; see _memory.py) --------------------------
 
-    def _configure_memory(self) -> None:
+    def _memory_limits(self) -> tuple[int, int]:
+        """The memory tier's (size, item) bounds this object was given (or the defaults)."""
         limits = {**MEMORY_DEFAULTS, **self._code_only}
-        size_limit, item_limit = limits["memory_size_limit"], limits["memory_item_limit"]
-        if self._remote is not None:  # validated by the remote's stamps, not the version words
-            self._memory = self._remote.configure_memory(size_limit, item_limit)
-            return
+        return int(limits["memory_size_limit"]), int(limits["memory_item_limit"])
+
+    def _configure_memory(self) -> None:
+        """Make, bound anew, or turn off the memory tier, validated by the version words."""
+        size_limit, item_limit = self._memory_limits()
         words = self._store.words
         if not size_limit or not item_limit or words is None:
             # Off (or impossible: read-only media that another process may still change).
@@ -268,6 +264,11 @@ class CacheBase:
         else:
             self._memory.set_limits(size_limit, item_limit)
         self._lookups = self._memory
+
+    def _rebind_memory(self, words: memoryview) -> None:
+        """The pool mapped the version words anew: the memory tier validates by these now."""
+        if self._memory is not None:
+            self._memory.rebind(words)
 
     @property
     def memory_size_limit(self) -> int:
@@ -319,7 +320,7 @@ class CacheBase:
     @property
     def remote(self) -> str | None:
         """The URL of the remote (Redis) this cache fronts, or None (see :doc:`remote`)."""
-        return self._remote.url if self._remote is not None else None
+        return None
 
     @property
     def timeout(self) -> float:
@@ -347,8 +348,6 @@ class CacheBase:
 
         Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
         """
-        if self._remote is not None:
-            self._remote.unsupported("push()")
         return self._queues.push(value, prefix, side, expire, read, tag, retry)
 
     def pull(
@@ -361,8 +360,6 @@ class CacheBase:
         retry: bool = False,
     ) -> Any:
         """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
-        if self._remote is not None:
-            self._remote.unsupported("pull()")
         return self._queues.pull(prefix, default, side, expire_time, tag, retry)
 
     def peek(
@@ -375,16 +372,12 @@ class CacheBase:
         retry: bool = False,
     ) -> Any:
         """Return ``(key, value)`` at the `side` of the queue without removing it."""
-        if self._remote is not None:
-            self._remote.unsupported("peek()")
         return self._queues.peek(prefix, default, side, expire_time, tag, retry)
 
     def peekitem(
         self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
     ) -> Any:
         """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
-        if self._remote is not None:
-            self._remote.unsupported("peekitem()")
         return self._queues.peekitem(last, expire_time, tag, retry)
 
     # --- removals and limits (see _eviction.py) -------------------------------------------------
@@ -395,18 +388,12 @@ class CacheBase:
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many (with a remote: from Redis)."""
-        if self._remote is not None:
-            return self._remote.evict(tag)
         return self._evictor.evict(tag, retry)
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many (with a remote: from Redis, under the prefix;
         this host's copies go too)."""
         try:
-            if self._remote is not None:
-                removed = self._remote.clear()
-                self._evictor.clear(retry)
-                return removed
             return self._evictor.clear(retry)
         finally:
             # The triggers have invalidated every entry (in every process); free them here.
@@ -467,8 +454,6 @@ class CacheBase:
         """Count of items, expired items included (read from the count the schema's triggers
         keep; counted where a read-only database of an older schema keeps none). Not with a
         remote: RemoteUnsupportedError."""
-        if self._remote is not None:
-            self._remote.unsupported("len()")
         rows = self._store.read(self._len_statement)
         if rows and type(rows[0][0]) is int:
             return rows[0][0]
@@ -483,10 +468,12 @@ class CacheBase:
 
         Another live thread's connection is closed by that thread's own close(); inside this
         thread's transaction, its connection closes when the transaction ends."""
-        if self._remote is not None:
-            self._remote.close()
-        elif self._memory is not None:  # a get after close() reads the database (made anew?)
+        if self._memory is not None:  # a get after close() reads the database (made anew?)
             self._memory.clear()
+        self._close_parts()
+
+    def _close_parts(self) -> None:
+        """close() below the tiers: bookkeeping written, files released, connections closed."""
         self._evictor.flush_finally()
         _reaper.drain()
         _checkpointer.forget(self._store)  # no round of the checkpoint thread left open on it
@@ -549,7 +536,7 @@ def _memory_rebinder(cache: CacheBase) -> Callable[[memoryview], None]:
 
     def rebind(words: memoryview) -> None:
         live = owner()
-        if live is not None and live._remote is None and live._memory is not None:
-            live._memory.rebind(words)
+        if live is not None:
+            live._rebind_memory(words)
 
     return rebind

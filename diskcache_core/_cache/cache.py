@@ -11,9 +11,10 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from .._store import schema as sql
 from .._arguments import (
@@ -21,21 +22,23 @@ from .._arguments import (
 )
 from .awaitable import AsyncCacheMixin
 from .base import CacheBase
-from .._disk.disk import ENOVAL, MODE_RAW, Disk
-from .._errors import RemoteUnsupportedError, Timeout
+from .._disk.disk import DELETE, ENOVAL, KEEP, MODE_RAW, Disk
+from .._errors import Timeout
 from .._eviction.evictor import STORE_TIME_BATCHED
 from .getforms import typed_get
-from .counters import check_delta, increment
+from .counters import AtomicChanges
 from .iteration import KeyIteration
 from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
 from .._memory.tier import ABSENT
 from .queue import GONE
+from .remote import RemoteItems, facade_class
 from .._store.rows import raise_decode_error, reads_as_miss
 from .._store.store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["Cache"]
+__all__ = ["Cache", "RemoteCache"]
 
+_C = TypeVar("_C", bound="Cache")
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
@@ -69,12 +72,35 @@ def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> b
     return True
 
 
-class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
+class Cache(CacheBase, KeyIteration, AtomicChanges, AsyncCacheMixin):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
-    them: every item operation goes through the remote tier (:doc:`remote`).
+    them: the object made is then a `RemoteCache`, still a Cache, whose item methods are the
+    remote tier's (:doc:`remote`).
     """
+
+    def __new__(
+        cls: type[_C],
+        directory: str | os.PathLike[str] | None = None,
+        timeout: float = 60,
+        disk: type[Disk] | None = None,
+        **settings: Any,
+    ) -> _C:
+        """A `cls` object; with ``remote=``, one of its remote-backed class (chosen here, once:
+        the local item methods never ask whether there is a remote)."""
+        remote = settings.get("remote") is not None and not issubclass(cls, RemoteItems)
+        return object.__new__(remote_class(cls) if remote else cls)
+
+    KEEP = KEEP  # what an `update` function returns to leave the item as it is
+    DELETE = DELETE  # ... to remove it
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        if state[3].get("remote") is not None:  # a pickle of an earlier version of the library
+            self.__class__ = remote_class(type(self))
+            self.__setstate__(state)
+            return
+        super().__setstate__(state)
 
     @typed_memoize
     def memoize(
@@ -116,10 +142,6 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             does. Under eviction policies other than least-recently-stored an overwrite keeps
             the first store time (:doc:`migrating`).
         """
-        if self._remote is not None:
-            if store_time:
-                raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
-            return self._remote.get(key, default, read, expire_time, tag)
         memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
@@ -283,8 +305,6 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
 
     def __contains__(self, key: Any) -> bool:
         """True when `key` is present and not expired."""
-        if self._remote is not None:
-            return self._remote.get(key, ENOVAL, False, False, False) is not ENOVAL
         memory = self._memory
         if memory is not None:
             entry = memory.lookup(key, touch=False)
@@ -340,8 +360,6 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
     ) -> bool:
         """set and add: check, serialize (a large value to a file first), write, keep in memory."""
-        if self._remote is not None:
-            return self._remote.store_item(statement, key, value, expire, read, tag)
         now = time.time()
         disk = self._disk
         db_key, raw = put_key(disk, key)  # checked before a value file is written for it
@@ -397,47 +415,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         """Set a new expiry for `key`; True when the item was present."""
         now = time.time()
         expires = None if expire is None else expire_at(now, expire)
-        if self._remote is not None:
-            return self._remote.touch(key, expires)
         db_key, raw = put_key(self._disk, key)
         count, _ = self._store.write(sql.TOUCH, (expires, db_key, raw, now), retry)
         return count == 1
-
-    def incr(
-        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
-    ) -> Any:
-        """Add `delta` to the number stored at `key`, atomically; return the new value.
-
-        A missing key starts from `default` (KeyError when `default` is None). Works like
-        Python's ``+``: integers past 64 bits stay exact.
-        """
-        if type(delta) is not int or (default is not None and type(default) is not int):
-            check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
-        if self._remote is not None:  # compare-and-set in Redis: atomic across hosts
-            return self._remote.update(key, lambda current: current + delta, default)
-        stored_as = put_key(self._disk, key)
-        store, evictor = self._store, self._evictor
-        refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
-        before = evictor.note_write(*stored_as, time.time()) if refresh else None
-        try:
-            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
-                               default, retry)  # fmt: skip
-        except BaseException:
-            if refresh:
-                evictor.undo_write(*stored_as, before)
-            raise
-        if refresh:
-            evictor.wrote(*stored_as, before, store.inserted())
-        elif evictor.access.read_column is not None:  # least-frequently-used: a use
-            evictor.note_use(*stored_as, time.time())
-        return result
-
-    def decr(
-        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
-    ) -> Any:
-        """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
-        check_delta("decr", delta, default)
-        return self.incr(key, -delta, default, retry)
 
     def pop(
         self,
@@ -454,8 +434,6 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         it goes, as a miss), and no lock is held while it is read. An expired item is removed
         and `default` returned.
         """
-        if self._remote is not None:
-            return self._remote.pop(key, default, expire_time, tag)
         db_key, raw = put_key(self._disk, key)
         while True:
             now = time.time()
@@ -482,8 +460,6 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
-        if self._remote is not None:
-            return self._remote.delete(key)
         db_key, raw = put_key(self._disk, key)
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
         if count != 1:
@@ -512,7 +488,35 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         within the cache's timeout and `retry` is False. Not with a remote (it cannot span
         hosts): RemoteUnsupportedError.
         """
-        if self._remote is not None:
-            self._remote.unsupported("transact()")
         with self._store.transaction(retry):
             yield
+
+
+class RemoteCache(RemoteItems, Cache):
+    """A Cache whose items Redis holds: what ``Cache(directory, remote=URL)`` makes (see
+    :doc:`remote`). Its item methods are the remote tier's (`RemoteItems`); the rest is Cache's."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Named in the pickle by the class asked for (Cache, or a subclass of it).
+        return (_reopened, (facade_class(type(self)), self.__getstate__()))
+
+
+_remote_classes: dict[type, type] = {Cache: RemoteCache}
+
+
+def remote_class(kind: type) -> type:
+    """The remote-backed class of `kind` (Cache or a subclass of it): `RemoteCache`, or, for a
+    subclass, one deriving from both (the subclass's own overrides first, then the remote's)."""
+    made = _remote_classes.get(kind)
+    if made is None:
+        made = type(kind.__name__, (kind, RemoteCache), {"__module__": kind.__module__})
+        made.__qualname__ = f"{kind.__qualname__}[remote]"
+        _remote_classes[kind] = made
+    return made
+
+
+def _reopened(kind: type, state: tuple[Any, ...]) -> Cache:
+    """A pickled cache with a remote, opened anew as `kind`'s remote-backed class."""
+    cache: Cache = object.__new__(remote_class(kind))
+    cache.__setstate__(state)
+    return cache

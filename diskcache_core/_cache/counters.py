@@ -1,4 +1,5 @@
-"""Atomic counters: incr (and so decr) on one cache's Store.
+"""Atomic changes of one item: counters (incr, and so decr) on one cache's Store, and `update`,
+the public read-modify-write the recipes build on (`AtomicChanges`, a base class of Cache).
 
 The common case is one statement: the stored value is a native number and the sum stays a
 64-bit integer (or a float), so SQLite adds it in place and hands the new value back through a
@@ -10,16 +11,21 @@ from __future__ import annotations
 
 import numbers
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .._store import schema as sql
 from .._store.connections import NO_VALUE
-from .._disk.disk import Disk
+from .._arguments import put_key
+from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
 from .._errors import FloatOverflowError
 from .._store.rows import raise_decode_error
 from .._store.store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["check_delta", "increment"]
+if TYPE_CHECKING:
+    from .._eviction.evictor import Evictor
+    from .cache import Cache
+
+__all__ = ["AtomicChanges", "check_delta", "increment"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -127,3 +133,87 @@ def _add(key: Any, current: Any, delta: Any) -> Any:
                 f" fit in {type(value).__name__}"
             )
     return value
+
+
+class AtomicChanges:
+    """Cache's atomic changes of one item: a base class of Cache, over the parts CacheBase
+    composes (a cache with a remote has its own: `RemoteItems`)."""
+
+    _store: Store
+    _disk: Disk
+    _evictor: Evictor
+    _native_numbers: bool
+
+    def incr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
+        """Add `delta` to the number stored at `key`, atomically; return the new value.
+
+        A missing key starts from `default` (KeyError when `default` is None). Works like
+        Python's ``+``: integers past 64 bits stay exact.
+        """
+        if type(delta) is not int or (default is not None and type(default) is not int):
+            check_delta("incr", delta, default)  # (plain ints, the usual case, need no check)
+        stored_as = put_key(self._disk, key)
+        store, evictor = self._store, self._evictor
+        refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
+        before = evictor.note_write(*stored_as, time.time()) if refresh else None
+        try:
+            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
+                               default, retry)  # fmt: skip
+        except BaseException:
+            if refresh:
+                evictor.undo_write(*stored_as, before)
+            raise
+        if refresh:
+            evictor.wrote(*stored_as, before, store.inserted())
+        elif evictor.access.read_column is not None:  # least-frequently-used: a use
+            evictor.note_use(*stored_as, time.time())
+        return result
+
+    def decr(
+        self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
+    ) -> Any:
+        """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
+        check_delta("decr", delta, default)
+        return self.incr(key, -delta, default, retry)
+
+
+    def update(
+        self,
+        key: Any,
+        function: Callable[[Any], Any],
+        default: Any = None,
+        expire: Any = KEEP,
+        tag: Any = KEEP,
+        retry: bool = False,
+    ) -> Any:
+        """Replace the value at `key` by ``function(value)``, atomically; return the new value.
+
+        `function` is given the current value (`default` when `key` is missing or expired) and
+        returns the value to store, or ``Cache.KEEP`` to leave the item as it is (the current
+        value is returned), or ``Cache.DELETE`` to remove it (`default` is returned). The item
+        keeps its expire time and tag unless `expire` (seconds; None: never) or `tag` is given.
+        Atomic across processes (one write transaction; `function` runs once, inside it: keep
+        it short); on a cache with a remote, across hosts (a compare-and-set in Redis, where
+        `function` runs again whenever another writer got in between: the value stored is its
+        last call's). Raises Timeout as `transact` does.
+        """
+        cache = cast("Cache", self)  # (a base class of Cache: its item methods)
+        with self._store.transaction(retry):
+            found = cache.get(key, ENOVAL, expire_time=True, tag=True, retry=retry)
+            if found[0] is ENOVAL:
+                current, expires, item_tag = default, None, None
+            else:
+                current, expires, item_tag = found
+            new = function(current)
+            if new is KEEP:
+                return current
+            if new is DELETE:
+                cache.delete(key, retry)
+                return default
+            if expire is KEEP:
+                expire = None if expires is None else expires - time.time()
+            cache.set(key, new, expire, False, item_tag if tag is KEEP else tag, retry)
+        return new
+

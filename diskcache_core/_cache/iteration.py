@@ -6,15 +6,12 @@ tag index (``tag_index``) where there is one. Expired items are included; no val
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from .._store import schema as sql
 from .._arguments import INT64_MAX, check_tag
 from .._disk.disk import ENOVAL, Disk
 from .._store.store import Store
-
-if TYPE_CHECKING:
-    from .._remote.tier import RemoteTier
 
 __all__ = ["KeyIteration", "keys_by_rowid", "keys_in_order", "tagged_keys"]
 
@@ -69,7 +66,6 @@ class KeyIteration:
 
     _store: Store
     _disk: Disk
-    _remote: RemoteTier | None  # iteration is not offered over a remote's items
 
     def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
         """Iterate keys in database sort order (by type, then value), expired ones included.
@@ -77,20 +73,14 @@ class KeyIteration:
         With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
         order, read through the tag index where there is one (``tag_index``); no value is read.
         """
-        if self._remote is not None:
-            self._remote.unsupported("iterkeys()")
         if tag is ENOVAL:
             return keys_in_order(self._store, self._disk, reverse)
         return tagged_keys(self._store, self._disk, check_tag(tag), reverse)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate keys in insertion order, expired items included."""
-        if self._remote is not None:
-            self._remote.unsupported("iteration")
         return keys_by_rowid(self._store, self._disk, ascending=True)
 
     def __reversed__(self) -> Iterator[Any]:
         """Iterate keys in reverse insertion order, expired items included."""
-        if self._remote is not None:
-            self._remote.unsupported("iteration")
         return keys_by_rowid(self._store, self._disk, ascending=False)

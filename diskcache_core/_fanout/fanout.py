@@ -24,19 +24,18 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from .._arguments import check_text, check_time, check_timeout, shape, shape_stored
+from .._arguments import check_text, check_timeout, shape, shape_stored
 from .._cache.awaitable import AsyncDataMixin, run_sync
 from .._cache.cache import Cache
 from .._cache.check import check_layout_leftovers
 from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
-from .._disk.disk import ENOVAL, Disk
-from .._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
+from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
+from .._errors import RemoteOutcomeUnknownError, Timeout
 from .._cache.getforms import typed_get
 from .layout import (
     GOLDEN,
@@ -46,7 +45,6 @@ from .layout import (
     crc32,
     hashes_text_inline,
     placement,
-    proportional_shares,
 )
 from .layout import bind_layout, check_shard_count, placement_hash, read_layout
 from .._reprs import opened_as
@@ -54,6 +52,7 @@ from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
 from .._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from .._collections.persistent import Deque, Index
+from .removals import ShardRemovals
 from .shards import ShardMemoryTiers, check_share, open_shards, split_evenly
 from .subcaches import SubCollections
 
@@ -86,22 +85,6 @@ class FanoutStats(tuple[int, int]):
 
     def __repr__(self) -> str:
         return f"FanoutStats(hits={self[0]}, misses={self[1]}, timeouts={self.timeouts})"
-
-
-def _evict_in_shares(shards: tuple[Cache, ...], count: int, retry: bool) -> int:
-    """`FanoutCache.evict_items`: each shard's share, resuming after timeouts as the other bulk
-    removals do; how many were removed."""
-    removed = 0
-    for shard, share in zip(shards, proportional_shares([len(shard) for shard in shards], count)):
-        while share > 0:
-            try:
-                done = shard.evict_items(share, retry)
-                share = 0
-            except Timeout as exc:
-                done = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-                share -= done
-            removed += done
-    return removed
 
 
 class ShardSettings:
@@ -145,13 +128,15 @@ def _on_every_shard(
     return result
 
 
-class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
+class FanoutCache(ShardSettings, ShardMemoryTiers, ShardRemovals, AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
     Writes that cannot take their shard's lock within `timeout` give up and say so in their
     result (False, None or the default) rather than raising `Timeout`; ``[]`` access,
     assignment and ``del`` retry instead.
     """
+
+    KEEP, DELETE = KEEP, DELETE  # what an `update` function returns to keep, or remove, the item
 
     def __init__(
         self,
@@ -371,6 +356,13 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         """Subtract `delta` from the number at `key` atomically; the new value, or None when busy."""
         return self._on_shard(None, "decr", key, delta, default, retry)
 
+    def update(
+        self, key: Any, function: Callable[[Any], Any], default: Any = None, expire: Any = KEEP,
+        tag: Any = KEEP, retry: bool = False,
+    ) -> Any:
+        """`Cache.update` on `key`'s shard; a shard busy past `timeout` raises Timeout."""
+        return self._place(key).update(key, function, default, expire, tag, retry)
+
     def pop(
         self,
         key: Any,
@@ -407,48 +399,6 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
         return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
 
     # --- maintenance -------------------------------------------------------------------------
-
-    def _each_until_done(self, method: str, *args: Any, retry: bool) -> int:
-        """Run a bulk removal on every shard, resuming after timeouts; the total removed. An
-        unreachable remote raises RemoteUnavailableError (resuming would spin while it is down)."""
-        total = 0
-        for shard in self._shards:
-            while True:
-                try:
-                    total += getattr(shard, method)(*args, retry=retry)
-                except RemoteUnavailableError:
-                    raise
-                except Timeout as exc:
-                    total += exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-                else:
-                    break
-        return total
-
-    def expire(self, retry: bool = False, now: float | None = None) -> int:
-        """Remove expired items from every shard; return how many.
-
-        `retry` comes first, as in python-diskcache's FanoutCache (Cache.expire takes `now`
-        first); `now` is the time to expire by, the current time by default.
-        """
-        cutoff = time.time() if now is None else check_time("now", now)
-        return self._each_until_done("expire", cutoff, retry=retry)
-
-    def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag` from every shard; return how many."""
-        return self._each_until_done("evict", tag, retry=retry)
-
-    def cull(self, retry: bool = False) -> int:
-        """Remove expired items, then evict by policy until each shard is within its limit."""
-        return self._each_until_done("cull", retry=retry)
-
-    def evict_items(self, count: int, retry: bool = False) -> int:
-        """Remove up to `count` items in the eviction policy's order, each shard giving up its
-        share (in proportion to the items it holds); return how many."""
-        return _evict_in_shares(self._shards, count, retry)
-
-    def clear(self, retry: bool = False) -> int:
-        """Remove every item from every shard; return how many."""
-        return self._each_until_done("clear", retry=retry)
 
     def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]:
         """Check every shard (see ``Cache.check``) and the top directory (layout files an opener

@@ -104,17 +104,23 @@ def open_shards(
     """
     shares = split_evenly(DEFAULT_SETTINGS["size_limit"] if total is None else total, count)
     memory = {name: memory_shares(value, count) for name, value in memory_limits.items()}
+    # Every subdirectory first (none of them a planted link): with a remote, the listener
+    # elected in `directory` serves them all, and may start as the first shard opens.
+    paths = [open_subdirectory(directory, shard_name(number)) for number in range(count)]
+    remote: dict[str, Any] = {}
+    if checked.get("remote") is not None:  # each shard its own names, one listener for all
+        prefix = checked.get("remote_prefix", REMOTE_DEFAULTS["remote_prefix"])
+        prefixes = [f"{prefix}{number}/" for number in range(count)]
+        remote["remote_group"] = (directory, tuple(zip(paths, prefixes)))
     shards = []
-    for number in range(count):
-        path = open_subdirectory(directory, shard_name(number))  # not a planted link
+    for number, path in enumerate(paths):
         shard_settings = dict(checked)
         shard_settings.update((name, split[number]) for name, split in memory.items())
         if total is not None or not op.exists(op.join(path, sql.DBNAME)):
             shard_settings["size_limit"] = shares[number]
-        if checked.get("remote") is not None:  # each shard its own names (and listener)
-            prefix = checked.get("remote_prefix", REMOTE_DEFAULTS["remote_prefix"])
-            shard_settings["remote_prefix"] = f"{prefix}{number}/"
-        shard = Cache(path, timeout=timeout, disk=disk, **shard_settings)
+        if remote:
+            shard_settings["remote_prefix"] = prefixes[number]
+        shard = Cache(path, timeout=timeout, disk=disk, **remote, **shard_settings)
         _store_within_share(shard)
         shards.append(shard)
     return tuple(shards)

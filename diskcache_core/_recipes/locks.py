@@ -63,24 +63,23 @@ MAX_DELAY = 0.05  # backoff cap: a released lock is noticed within this (plus ji
 
 def change(
     cache: Any, key: Any, function: Callable[[Any], tuple[Any, Any]], default: Any,
-    expire: float | None, tag: Any,
+    expire: Any, tag: Any,
 ) -> Any:
     """Atomically: ``new, result = function(value or default)``, then store `new` (with
-    `expire` and `tag`), delete the item for DELETE, or leave it for KEEP; return `result`.
-
-    In one transaction; on a cache with a remote, where a transaction cannot span hosts, as a
-    compare-and-set in Redis (retried when another writer got in between).
+    `expire` and `tag`, or the item's own for KEEP), delete the item for DELETE, or leave it
+    for KEEP; return `result`. Through the cache's public ``update``: one transaction, or on a
+    cache with a remote a compare-and-set in Redis, atomic across hosts, where `function` may
+    run more than once (the result is then the last run's: the one stored).
     """
-    shard = cache.shard_for(key) if hasattr(cache, "shard_for") else cache
-    if getattr(shard, "remote", None) is not None:
-        return shard._remote.change(key, function, default, expire, tag)  # noqa: SLF001
-    with cache.transact(retry=True):
-        value, result = function(cache.get(key, default=default))
-        if value is DELETE:
-            cache.delete(key)
-        elif value is not KEEP:
-            cache.set(key, value, expire=expire, tag=tag)
-    return result
+    results: list[Any] = []
+
+    def apply(current: Any) -> Any:
+        value, result = function(current)
+        results[:] = [result]
+        return value
+
+    cache.update(key, apply, default, expire, tag, retry=True)
+    return results[0]
 
 
 def full_name(func: Callable[..., Any]) -> str:

@@ -1,6 +1,7 @@
 """Rate limits and running averages kept in one cache item: `Averager` and `throttle`
 (python-diskcache's recipes, same signatures), each state changed atomically through
-`_recipes.change` (a transaction, or a compare-and-set in Redis on a cache with a remote)."""
+`locks.change`, which is the cache's public ``update`` (a transaction, or a compare-and-set in
+Redis on a cache with a remote)."""
 
 from __future__ import annotations
 

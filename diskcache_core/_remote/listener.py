@@ -48,8 +48,8 @@ from .listenerlog import ChildLog
 from .._log import LISTENER as _LOG
 from .._log import Outage, RateLimit
 from .client import RemoteStore
-from .form import stamp_hash
-from .stamps import LEASE, LOCK_FILE, RemoteWords
+from .._errors import DiskCacheError
+from .stamps import LEASE, LOCK_FILE, Member, StampSet
 from .topology import Address, Topology
 
 __all__ = ["Listener", "ListenerThread", "listener_for", "release_listener", "stop_electing"]
@@ -89,7 +89,7 @@ def _shown(node: Address | str) -> str:
 class _Node:
     """The two connections of one node (the server, or a node of a cluster)."""
 
-    def __init__(self, client: Any, prefix: bytes, address: Address) -> None:
+    def __init__(self, client: Any, prefixes: list[bytes], address: Address) -> None:
         # `client` speaks RESP2: there the invalidations arrive as plain pub/sub messages.
         self.address = address
         pool = client.connection_pool
@@ -102,8 +102,11 @@ class _Node:
             self.subscriber.send_command("SUBSCRIBE", _CHANNEL)
             self.subscriber.read_response()
             self.tracker.connect()
+            tracked: list[Any] = []
+            for prefix in prefixes:
+                tracked += ["PREFIX", prefix]
             self.tracker.send_command(
-                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", "PREFIX", prefix
+                "CLIENT", "TRACKING", "ON", "REDIRECT", client_id, "BCAST", *tracked
             )
             reply = self.tracker.read_response()
             if reply not in (b"OK", "OK"):
@@ -139,16 +142,17 @@ class Listener:
     """The listening itself (module docstring), run by the elected listener process."""
 
     def __init__(
-        self, remote: RemoteStore, words: RemoteWords, max_staleness: float,
+        self, remote: RemoteStore, words: StampSet, max_staleness: float,
         stopped: Callable[[], bool], changed: Callable[[list[bytes]], None] | None = None,
         nodes: list[Address] | None = None,
     ) -> None:
-        """`nodes`: cluster nodes to ask for the topology before the URL's."""
+        """`words`: the stamp files of the caches it serves (their prefixes are the ones
+        heard); `nodes`: cluster nodes to ask for the topology before the URL's."""
         self._remote = remote
         self._words = words
         self._max_staleness = max_staleness
         self._stopped = stopped
-        # Told the names (without prefix) of each batch of changes once their stamps are
+        # Told the Redis names (prefix included) of each batch of changes once their stamps are
         # bumped: the refresher (_listenerchild.py) renews the host's copies of them.
         self._changed = changed
         self._names: list[bytes] = []
@@ -185,7 +189,7 @@ class Listener:
     def _connect(self) -> dict[Address, _Node]:
         """Listen on the server, or on every node of the cluster worth it: raise `_Uncovered`
         unless all those that serve slots are listened on."""
-        prefix = self._remote.prefix
+        prefix = self._words.prefixes
         if not self._remote.cluster:
             seed = self._remote.seed()
             return {seed: _Node(self._remote.listener_client(), prefix, seed)}
@@ -342,11 +346,9 @@ class Listener:
         if names is None:  # FLUSHDB / FLUSHALL: everything may have gone
             words.renew_all()
             return
-        skip = len(self._remote.prefix)
         for name in names:
-            name = name[skip:]
-            words.bump(words.index(stamp_hash(name)))
-            self._names.append(name)
+            if words.heard(name):
+                self._names.append(name)
 
 
 class _LeaseWatch:
@@ -357,7 +359,7 @@ class _LeaseWatch:
     that lapses for `_LEASE_GRACE` after a grant (the listener's connections to Redis failed)
     is a WARNING, its return an INFO with how long it was gone (`Outage`)."""
 
-    def __init__(self, directory: str, words: RemoteWords) -> None:
+    def __init__(self, directory: str, words: StampSet) -> None:
         self._directory = directory
         self._words = words
         self._outage = Outage(
@@ -402,20 +404,22 @@ class _LeaseWatch:
 class ListenerThread(threading.Thread):
     """This process's candidate for listener of one directory: it competes for the lock, and
     while it holds it, runs the listener in a child process of its own (_listenerchild.py),
-    restarted if it dies. A process of its own: in the caller's process the listener would wait
+    restarted if it dies. One listener serves every near cache of the directory's `members`
+    (a FanoutCache's shards: their stamp files, their prefixes): one lock, one listener
+    process, one refresher, whatever the shard count. A process of its own: in the caller's process the listener would wait
     for the GIL behind the application's threads (up to the 5 ms switch interval per change),
     and the application behind it."""
 
     def __init__(
-        self, directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float,
+        self, directory: str, remote: RemoteStore, members: list[Member], max_staleness: float,
         refresh: bool,
     ) -> None:
         super().__init__(name=f"diskcache_core listener {directory}", daemon=True)
         self._directory = directory
+        self._members = members
         self._refresh = refresh
         self._lock_path = os.path.join(directory, LOCK_FILE)
         self._remote = remote
-        self._words = words
         self._max_staleness = max_staleness
         self._stop_event = threading.Event()
         self.users = 0
@@ -433,6 +437,16 @@ class ListenerThread(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
+        try:
+            self._words = StampSet(self._members)
+        except (DiskCacheError, OSError, ValueError):
+            return  # a stamp file we cannot map: no listener here, so no copy is ever served
+        try:
+            self._elect()
+        finally:
+            self._words.close()
+
+    def _elect(self) -> None:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             self.fd = fd = os.open(self._lock_path, flags, 0o600)
@@ -465,8 +479,8 @@ class ListenerThread(threading.Thread):
     def _supervise(self) -> None:
         """Run the listener process until stopped; restart it when it dies."""
         config = json.dumps({
-            "directory": self._directory, "url": self._remote.url,
-            "prefix": self._remote.prefix.decode("utf-8"), "timeout": self._remote.timeout,
+            "directory": self._directory, "url": self._remote.url, "members": self._members,
+            "timeout": self._remote.timeout,
             "max_staleness": self._max_staleness, "refresh": self._refresh,
             "parent": os.getpid(), "nodes": self._remote.known_nodes(),
         }).encode()
@@ -528,17 +542,19 @@ def stop_electing() -> None:
 
 
 def listener_for(
-    directory: str, remote: RemoteStore, words: RemoteWords, max_staleness: float,
+    directory: str, remote: RemoteStore, members: list[Member], max_staleness: float,
     refresh: bool,
 ) -> ListenerThread | None:
-    """This process's listener candidate for `directory`, started if need be; one more user."""
+    """This process's listener candidate for `directory` (serving `members`), started if need
+    be; one more user. The caches of one group share it: a FanoutCache's shards name their
+    FanoutCache's directory, and so share one candidate, and one listener."""
     if not _electing[0]:
         return None
     key = os.path.realpath(directory)
     with _threads_lock:
         thread = _threads.get(key)
         if thread is None or thread.pid != os.getpid() or not thread.is_alive():
-            thread = ListenerThread(directory, remote, words, max_staleness, refresh)
+            thread = ListenerThread(directory, remote, members, max_staleness, refresh)
             thread.start()
             _threads[key] = thread
         thread.users += 1

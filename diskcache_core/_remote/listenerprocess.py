@@ -26,11 +26,12 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from .._cache.cache import Cache
+from .._cache.remote import RemoteItems
 from .._errors import DiskCacheError, Timeout
 from .listener import Listener, stop_electing
 from .listenerlog import forward_logs_to_parent
 from .client import RemoteStore
-from .stamps import RemoteWords
+from .stamps import Member, StampSet
 
 __all__ = ["RefreshPipe", "main", "refresh_batch"]
 
@@ -96,26 +97,38 @@ def _records(fd: int) -> Iterator[list[bytes]]:
 
 
 def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
-    """The refresher process's body: renew copies of the names the listener sends."""
+    """The refresher process's body: renew copies of the names the listener sends, each
+    through the cache (of the listener's members: a FanoutCache's shards) whose prefix it has."""
     _die_with(parent)
     try:
         os.setpriority(os.PRIO_PROCESS, 0, _REFRESHER_PRIORITY)
     except (OSError, AttributeError):
         pass
     stop_electing()
-    try:
-        cache = Cache(
-            config["directory"], remote=config["url"], remote_prefix=config["prefix"],
-            remote_timeout=float(config["timeout"]),
-            max_staleness=float(config["max_staleness"]), memory_size_limit=0,
-        )
-    except (DiskCacheError, OSError):
-        return  # a directory this process cannot write: invalidation only
-    tier = cache._remote  # noqa: SLF001 - the cache is this module's own
-    if tier is None:
+    members = _members(config)
+    group = (config["directory"], tuple(members))
+    refreshers: list[tuple[bytes, Callable[[list[bytes]], int]]] = []
+    for directory, prefix in members:
+        try:
+            cache = Cache(
+                directory, remote=config["url"], remote_prefix=prefix,
+                remote_timeout=float(config["timeout"]), remote_group=group,
+                max_staleness=float(config["max_staleness"]), memory_size_limit=0,
+            )
+        except (DiskCacheError, OSError, ValueError):
+            continue  # a directory this process cannot write: invalidation only
+        if isinstance(cache, RemoteItems):
+            tier = cache._remote  # noqa: SLF001 - the tier of this module's own cache
+            refreshers.append((prefix.encode("utf-8"), tier.refresh))
+    refreshers.sort(key=lambda member: -len(member[0]))  # (as StampSet.heard matches them)
+    if not refreshers:
         return
     for names in _records(fd):
-        refresh_batch(tier.refresh, names)
+        for heard, refresh in refreshers:
+            mine = [name[len(heard):] for name in names if name.startswith(heard)]
+            if mine:
+                refresh_batch(refresh, mine)
+                names = [name for name in names if not name.startswith(heard)]
         # Let the next changes gather in the pipe: a refresh costs about 250 us of CPU for one
         # name and 75 us a name for twenty (a round trip and a transaction each), so batches
         # are worth a few milliseconds before a copy is renewed.
@@ -147,11 +160,17 @@ def _die_with(parent: int) -> None:
         os._exit(0)
 
 
+def _members(config: dict[str, Any]) -> list[Member]:
+    """The near caches the listener serves: (directory, remote prefix) each."""
+    return [(str(directory), str(prefix)) for directory, prefix in config["members"]]
+
+
 def _read_config() -> dict[str, Any] | None:
     """The settings on standard input; None when they are not all there."""
     try:
         config = json.loads(sys.stdin.buffer.read())
         int(config["parent"])
+        _members(config)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return config if isinstance(config, dict) else None
@@ -187,11 +206,13 @@ def main() -> int:
         os.setpriority(os.PRIO_PROCESS, 0, _LISTENER_PRIORITY)
     except (OSError, AttributeError):
         pass
-    prefix = config["prefix"].encode("utf-8")
+    members = _members(config)
+    # (The members' common prefix, for the log: the listener hears each member's own.)
+    prefix = os.path.commonprefix([member for _, member in members]).encode("utf-8")
     max_staleness = float(config["max_staleness"])
     # No cluster client: the listener asks the nodes for the topology itself (_listener.py).
     remote = RemoteStore(config["url"], prefix, float(config["timeout"]), connect=False)
-    words = RemoteWords(config["directory"], prefix)
+    words = StampSet(members)
     nodes = [(str(host), int(port)) for host, port in config.get("nodes", [])]
     Listener(
         remote, words, max_staleness, lambda: os.getppid() != parent, changed, nodes

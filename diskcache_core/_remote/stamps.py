@@ -41,8 +41,9 @@ from typing import Callable
 from .._errors import DatabaseError, storage_error
 from .._log import lost_file
 from .._store.mapwatch import watch
+from .form import stamp_hash
 
-__all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "RemoteWords", "REMOTE_FILE"]
+__all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "Member", "RemoteWords", "REMOTE_FILE", "StampSet"]
 
 REMOTE_FILE = "cache.db-remote"
 # The listener election's lock (_listener.py): whoever holds its flock runs the listener.
@@ -203,6 +204,67 @@ class RemoteWords:
                 self._map.close()
         except (BufferError, ValueError):
             pass  # a view is still in use somewhere: the mapping goes with the process
+
+
+# One near cache served by a listener: its directory and its remote prefix.
+Member = tuple[str, str]
+
+
+class StampSet:
+    """The stamp files of every near cache one listener serves, as one: a FanoutCache's shards
+    each keep their own file (their own prefix, stamps and lease), and one listener, elected
+    in the FanoutCache's directory, keeps them all (a plain Cache is a set of one). The lease
+    is set in every file at once; a change heard is bumped in its own cache's file."""
+
+    def __init__(self, members: list[Member]) -> None:
+        self._members: list[tuple[bytes, RemoteWords]] = []
+        try:
+            for directory, prefix in members:
+                encoded = prefix.encode("utf-8")
+                self._members.append((encoded, RemoteWords(directory, encoded)))
+        except BaseException:
+            self.close()
+            raise
+        # Longest first: a name is its member's whose prefix it starts with (the shards'
+        # prefixes, ``<prefix><n>/``, are none of them a prefix of another).
+        self._members.sort(key=lambda member: -len(member[0]))
+
+    @property
+    def prefixes(self) -> list[bytes]:
+        """The remote prefixes to hear the changes of (Redis's ``BCAST PREFIX``)."""
+        return [prefix for prefix, _ in self._members]
+
+    def heard(self, name: bytes) -> bool:
+        """A change of the Redis name `name` (prefix included) was heard: bump its bucket's
+        stamp in its cache's file. False when `name` is no member's."""
+        for prefix, words in self._members:
+            if name.startswith(prefix):
+                words.bump(words.index(stamp_hash(name[len(prefix):])))
+                return True
+        return False
+
+    def renew_all(self) -> None:
+        for _, words in self._members:
+            words.renew_all()
+
+    def set_lease(self, until: float) -> None:
+        for _, words in self._members:
+            words.set_lease(until)
+
+    def lease_valid(self) -> bool:
+        """Whether the lease holds in every file (it is set in all of them together)."""
+        return all(words.lease_valid() for _, words in self._members)
+
+    def set_listener(self, pid: int) -> None:
+        for _, words in self._members:
+            words.set_listener(pid)
+
+    def listener_pid(self) -> int:
+        return self._members[0][1].listener_pid() if self._members else 0
+
+    def close(self) -> None:
+        for _, words in self._members:
+            words.close()
 
 
 def _fresh_image(owner: int) -> bytes:

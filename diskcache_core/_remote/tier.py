@@ -21,15 +21,15 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 from .._store import schema as sql
 from .._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
-from .._disk.disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, UNSTORABLE, Disk, as_read_back
+from .._disk.disk import DELETE, ENOVAL, KEEP, UNSTORABLE, Disk, as_read_back
 from .._errors import (
     DiskCacheError, RemoteOutcomeUnknownError, RemoteUnavailableError, RemoteUnsupportedError,
 )
 from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, IMMUTABLE_TYPES, MemoryTier
 from .client import RemoteStore
-from .form import decode_item, decode_key, encode_item, encode_key, stamp_hash
-from .stamps import LEASE_AHEAD, RemoteWords
+from .form import decode_item, decode_key, encode_item, encode_key, stamp_hash, stored_form
+from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .._settings import REMOTE_DEFAULTS
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.versionfile import weak_method
@@ -37,7 +37,6 @@ from .._store.versionfile import weak_method
 __all__ = ["RemoteTier"]
 
 _BATCH = 500  # names per pipeline in clear and evict
-_INT64 = 2**63
 _REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
 _T = TypeVar("_T")
 
@@ -47,8 +46,11 @@ class RemoteTier:
 
     def __init__(
         self, directory: str, store: Store, disk: Disk, native_numbers: bool,
-        code_only: dict[str, Any],
+        code_only: dict[str, Any], group: tuple[str, tuple[Member, ...]] | None = None,
     ) -> None:
+        """`group`: the directory whose listener serves this cache, and every cache it serves
+        (``(directory, prefix)`` each, this one among them): a FanoutCache's directory and its
+        shards. None: this cache alone, its listener elected in its own directory."""
         options = {**REMOTE_DEFAULTS, **code_only}
         self._directory = directory
         self._store = store
@@ -64,9 +66,19 @@ class RemoteTier:
         self._remapped()  # (the stamp words' views)
         self._words.on_remap.append(weak_method(self._remapped))  # (weak: no cycle)
         self._refresh = bool(options["remote_refresh"])
+        if group is None:
+            group = (directory, ((directory, options["remote_prefix"]),))
+        self._group_directory, members = group
+        self._members = [(str(path), str(prefix)) for path, prefix in members]
         self._closed = False
-        self._listener: ListenerThread | None = listener_for(
-            directory, self._remote, self._words, self._max_staleness, self._refresh
+        self._listener: ListenerThread | None = None
+        self._elect()
+
+    def _elect(self) -> None:
+        """Be one more user of this process's listener candidate of the group's directory."""
+        self._listener = listener_for(
+            self._group_directory, self._remote, self._members, self._max_staleness,
+            self._refresh,
         )
 
     def _remapped(self) -> None:
@@ -276,33 +288,6 @@ class RemoteTier:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def _serialize(self, key: Any, value: Any, read: bool) -> tuple[int, Any]:
-        """``(mode, inline value)`` of a value for Redis: never a value file."""
-        disk = self._disk
-        if read:
-            read_chunk = getattr(value, "read", None)
-            if read_chunk is None:
-                raise TypeError(f"read=True needs a binary file object, not {type(value).__name__}")
-            return MODE_BINARY, read_chunk()
-        if self._native_numbers:
-            kind = type(value)
-            if kind is bytes or kind is str or (kind is float and value == value) or (
-                kind is int and -_INT64 <= value < _INT64
-            ):
-                if kind is str:
-                    value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
-                return MODE_RAW, value
-            return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
-        size, mode, filename, db_value = disk.store(value, False, key=key)
-        if filename is None:
-            return mode, db_value
-        path = os.path.join(self._directory, filename)
-        try:
-            with open(path, "rb") as handle:
-                return mode, handle.read()
-        finally:
-            disk.remove(path)
-
     def store_item(
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
     ) -> bool:
@@ -313,7 +298,7 @@ class RemoteTier:
         if tag is not None:
             tag = check_tag(tag)
         try:
-            mode, db_value = self._serialize(key, value, read)
+            mode, db_value = stored_form(self._disk, self._directory, self._native_numbers, key, value, read)
         except UnicodeEncodeError:
             check_bindable("value", value)
             raise
@@ -416,7 +401,9 @@ class RemoteTier:
                 else:
                     expires = None if expire is None else expire_at(time.time(), expire)
                 keep_tag = None if item is None else item.tag
-                mode, db_value = self._serialize(key, value, False)
+                mode, db_value = stored_form(
+                    self._disk, self._directory, self._native_numbers, key, value, False
+                )
                 new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
             if self._written(name, lambda: remote.compare_and_set(full, old, new, expires)):
                 self._bump(name)
@@ -475,14 +462,9 @@ class RemoteTier:
         if listener is None:
             if self._closed:
                 self._closed = False
-                self._listener = listener_for(
-                    self._directory, self._remote, self._words, self._max_staleness,
-                    self._refresh,
-                )
+                self._elect()
         elif listener.pid != os.getpid() or not listener.is_alive():
-            self._listener = listener_for(
-                self._directory, self._remote, self._words, self._max_staleness, self._refresh
-            )
+            self._elect()
 
     def close(self) -> None:
         """Close this tier's connections; the listener stops with the last cache of the
