@@ -846,3 +846,45 @@ def test_get_on_a_terminal_shows_control_characters_escaped_and_pipes_get_them_a
     assert piped.returncode == 0 and piped.stdout == (value + '\n').encode()
     status, raw = run_on_terminal('get', directory, 'a', '--raw')
     assert status == 0 and b'\x1b]0;owned\x07\x1b[2J' in raw
+
+
+# --- what the tool asks of a Cache: public arguments and methods, no private part --------------
+
+
+def test_read_sql_reads_rows_and_refuses_to_write(tmp_path):
+    cache = dc.Cache(str(tmp_path / 'c'))
+    try:
+        cache.set('a', 1)
+        assert cache.read_sql('SELECT key, value FROM Cache') == [('a', 1)]
+        with pytest.raises(dc.ReadOnlyError):
+            cache.read_sql('DELETE FROM Cache')
+        assert cache.get('a') == 1
+        assert cache.set('b', 2) and len(cache) == 2  # the connection writes again after it
+    finally:
+        cache.close()
+    with dc.Cache(str(tmp_path / 'c'), read_only=True) as reader:
+        assert reader.read_sql('SELECT count(*) FROM Cache') == [(2,)]
+
+
+def test_the_tools_caches_do_not_make_a_removed_directory_anew(tmp_path):
+    import shutil
+    import time
+
+    from diskcache_core._cli.caches import open_shards
+    from diskcache_core._store.connections import RECHECK_INTERVAL
+
+    directory = str(tmp_path / 'c')
+    dc.Cache(directory).close()
+    (shard,) = open_shards(directory, disk=dc.Disk)
+    kept = dc.Cache(str(tmp_path / 'kept'))
+    try:
+        shutil.rmtree(directory)
+        shutil.rmtree(kept.directory)
+        time.sleep(RECHECK_INTERVAL * 1.5)
+        with pytest.raises(dc.DatabaseError):
+            shard.set('x', 1)
+        assert not os.path.exists(directory)
+        assert kept.set('x', 1) and os.path.exists(kept.directory)  # (the default: made anew)
+    finally:
+        shard.close()
+        kept.close()

@@ -393,3 +393,38 @@ def test_progress_goes_to_a_terminals_stderr_only(cache_dir, command):
     assert shown.endswith(b"\r\x1b[K")  # the line is cleared at the end
     if command[0] == "keys":
         assert stdout.splitlines() == piped.stdout.splitlines()  # the output itself is unchanged
+
+
+@needs_redis
+def test_doctor_sees_a_fanout_caches_one_listener_for_every_shard(tmp_path):
+    """A FanoutCache's listener is elected in its own directory (not per shard): the doctor
+    finds it there, so a listener that runs without a lease (Redis gone) is a warning for
+    every shard, not "no listener running"."""
+    from redis_servers import RedisTestServer
+
+    directory = tmp_path / "fanout"
+    with RedisTestServer() as temporary:
+        options = {"remote": temporary.url, "remote_prefix": f"doctor-{uuid.uuid4().hex}:",
+                   "max_staleness": 0.2}
+        cache = dc.FanoutCache(directory, shards=3, **options)
+        try:
+            cache.set("k", "v")
+            deadline = time.monotonic() + WAIT
+            while True:
+                _, document = doctor(str(directory))
+                if severities(document, "listener") == {"ok"} or time.monotonic() > deadline:
+                    break
+            listeners = by_check(document, "listener")
+            assert len(listeners) == 3 and severities(document, "listener") == {"ok"}
+            assert all(f"pid {os.getpid()}" in found["message"] for found in listeners)
+            temporary.stop()
+            deadline = time.monotonic() + WAIT
+            while True:  # the listener clears its lease once its connections fail
+                _, document = doctor(str(directory))
+                if severities(document, "listener") == {"warning"} or time.monotonic() > deadline:
+                    break
+            assert severities(document, "listener") == {"warning"}
+            assert all("runs" in found["message"] or "cleared" in found["message"]
+                       for found in by_check(document, "listener"))
+        finally:
+            cache.close()

@@ -62,6 +62,8 @@ class CacheBase:
         directory: str | os.PathLike[str] | None = None,
         timeout: float = 60,
         disk: type[Disk] | None = None,
+        *,
+        recreate_removed: bool = True,
         **settings: Any,
     ) -> None:
         """Open (creating if needed) the cache in `directory`.
@@ -74,6 +76,9 @@ class CacheBase:
             the bounds of its memory tier (:doc:`memory`; 0 turns it off), and ``read_only``:
             when true, an existing cache is opened without writing a byte (no migration, no new
             file; every later read too) and writes raise `DatabaseError`
+        :param recreate_removed: when the directory is removed while the cache is open (a
+            deploy, a tmp cleaner), make it anew, empty, as other processes do (the default), or
+            let operations fail (False: the command-line tool; not kept when pickled)
         """
         disk = disk_type(disk)
         timeout = check_timeout(timeout)
@@ -100,7 +105,8 @@ class CacheBase:
         handoff = lock_handoff(opened.pool.words) if wal else None
         self._store = Store(opened.pool, timeout, opened.disk, handoff)
         opened.pool.rebinds.append(_memory_rebinder(self))
-        opened.pool.recreate = None if opened.pool.read_only else _recreator(self)
+        if recreate_removed and not opened.pool.read_only:
+            opened.pool.recreate = _recreator(self)
         self._local = opened.pool.local  # this thread's connection, for the hot read path
         self._evictor = Evictor(self._store, opened.settings)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
@@ -437,6 +443,20 @@ class CacheBase:
         committed by another writer would look unknown and, with `fix`, be removed.
         """
         return check_cache(self._store, self._disk, self._directory, fix, retry)
+
+    def read_sql(self, statement: str, params: Any = ()) -> list[Any]:
+        """Run one SQL statement that only reads, on this thread's connection, outside any
+        transaction of its own (no write lock: a read-only cache takes it too); its rows.
+
+        For tools reading the tables (the command line's listings): a statement that would
+        write raises `ReadOnlyError` (the connection is ``query_only`` meanwhile).
+        """
+        store = self._store
+        store.read("PRAGMA query_only = 1")
+        try:
+            return list(store.read(statement, params))
+        finally:
+            store.read("PRAGMA query_only = 0")
 
     def _sql(self, statement: str, params: Any = ()) -> FetchedRows:
         """Run one SQL statement on this thread's connection; its rows, fetched.

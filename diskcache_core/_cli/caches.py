@@ -78,11 +78,8 @@ class NotACacheError(Exception):
 
 
 def rows(cache: Cache, statement: str, params: Sequence[Any] = ()) -> list[Any]:
-    """Run a read-only statement on `cache`'s database; the rows it returned.
-
-    The only use of a private part of Cache in the tool.
-    """
-    return cache._store.read(statement, params)
+    """Run a read-only statement on `cache`'s database; the rows it returned."""
+    return cache.read_sql(statement, params)
 
 
 # --- finding and opening ---------------------------------------------------------------------
@@ -174,9 +171,9 @@ def open_shards(
     shards: list[Cache] = []
     try:
         for shard_directory in find_shard_directories(directory):
-            shards.append(Cache(shard_directory, timeout=timeout, disk=disk, **code_only))
             # A directory removed while the command runs is an error here, not made anew.
-            shards[-1]._store.pool.recreate = None
+            shards.append(Cache(shard_directory, timeout=timeout, disk=disk,
+                                recreate_removed=False, **code_only))
     except BaseException:
         for shard in shards:
             shard.close()

@@ -78,8 +78,7 @@ def open_rows(directory: str, disk_type: type[Disk], timeout: float,
     code_only: dict[str, Any] = {"read_only": True}
     if allowed:
         code_only["disk_allowed_types"] = list(allowed)
-    opened = open_database(directory, timeout, disk_type, {}, code_only)
-    opened.pool.recreate = None
+    opened = open_database(directory, timeout, disk_type, {}, code_only)  # (recreates nothing)
     return Rows(directory, Store(opened.pool, timeout, opened.disk), opened.disk,
                   opened.settings.values())
 
@@ -330,8 +329,9 @@ def election_holder(directory: str) -> int | None:
     return 0
 
 
-def check_lease(directory: str, prefix: str | None) -> Iterator[Finding]:
-    """The listener's lease and last contact, from the stamp file (read-only)."""
+def check_lease(directory: str, prefix: str | None, top: str | None = None) -> Iterator[Finding]:
+    """The listener's lease and last contact, from the stamp file (read-only). `top`: the
+    directory a FanoutCache's listener is elected in, for a shard of it (its lock is there)."""
     header = read_stamp_header(directory)
     if header is None:
         if prefix is not None:
@@ -349,7 +349,9 @@ def check_lease(directory: str, prefix: str | None) -> Iterator[Finding]:
                       f"the directory is the near cache of another remote_prefix than {prefix!r}",
                       "pass the prefix the cache's processes use (--remote-prefix)")
     now = time.time()
-    holder = election_holder(directory)
+    holder = election_holder(top) if top is not None else None
+    if holder is None:  # a Cache's own; or a shard of an earlier version's FanoutCache
+        holder = election_holder(directory)
     running = holder is not None and holder != 0
     pid = holder or pid
     if 0.0 < lease - now <= LEASE_AHEAD:
@@ -446,7 +448,8 @@ def run_doctor(args: argparse.Namespace, disk_type: type[Disk], out: Output) -> 
         findings += check_peers(shard_directories)
         prefixes = shard_prefixes(args.remote_prefix, len(shard_directories))
         for directory, prefix in zip(shard_directories, prefixes):
-            findings += check_lease(directory, prefix if args.remote else None)
+            top = args.directory if directory != args.directory else None
+            findings += check_lease(directory, prefix if args.remote else None, top)
         near = any(op.exists(op.join(directory, REMOTE_FILE)) for directory in shard_directories)
         if not args.remote and near:
             findings.append(Finding("redis", "info", "a near cache of a remote: Redis was not"

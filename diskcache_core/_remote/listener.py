@@ -10,7 +10,9 @@ names it bumped are handed to the refresher (_listenerchild.py), which renews th
 
 Election: every process using the directory runs a `ListenerThread`, which tries to take an
 exclusive ``flock`` on ``cache.db-remote.lock``. The one that has it listens; the others retry
-every `_ELECTION_POLL`. The kernel drops the lock when its holder dies, however it dies.
+every `_ELECTION_POLL`. The kernel drops the lock when its holder dies, however it dies. A
+FanoutCache's shards elect one listener in the FanoutCache's directory, which serves them all
+(`StampSet`: every shard's prefix heard, every shard's stamp file kept).
 
 Listening, per node (the server; on a cluster, every node that serves slots and every healthy
 replica, see _topology.py): a subscribed connection and a tracking connection redirected to it.
