@@ -31,7 +31,7 @@ from .._memory.tier import MemoryStats, MemoryTier
 from .._store.opening import open_database
 from .._remote.stamps import REMOTE_FILE
 from .._reprs import opened_as
-from .queue import Queues
+from .queue import QueueMethods, Queues
 from .._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
@@ -54,7 +54,7 @@ _Self = TypeVar("_Self", bound="CacheBase")
 SETTINGS_WAIT = 60.0
 
 
-class CacheBase:
+class CacheBase(QueueMethods):
     """A cache directory's parts and the calls that go straight to one of them."""
 
     def __init__(
@@ -337,54 +337,6 @@ class CacheBase:
     def disk(self) -> Disk:
         """Disk used for serialization."""
         return self._disk
-
-    # --- queues (see _queue.py) -----------------------------------------------------------------
-
-    def push(
-        self,
-        value: Any,
-        prefix: str | None = None,
-        side: str = "back",
-        expire: float | None = None,
-        read: bool = False,
-        tag: Any = None,
-        retry: bool = False,
-    ) -> Any:
-        """Push `value` onto the `side` of the queue named `prefix`; return its key.
-
-        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
-        """
-        return self._queues.push(value, prefix, side, expire, read, tag, retry)
-
-    def pull(
-        self,
-        prefix: str | None = None,
-        default: Any = (None, None),
-        side: str = "front",
-        expire_time: bool = False,
-        tag: bool = False,
-        retry: bool = False,
-    ) -> Any:
-        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
-        return self._queues.pull(prefix, default, side, expire_time, tag, retry)
-
-    def peek(
-        self,
-        prefix: str | None = None,
-        default: Any = (None, None),
-        side: str = "front",
-        expire_time: bool = False,
-        tag: bool = False,
-        retry: bool = False,
-    ) -> Any:
-        """Return ``(key, value)`` at the `side` of the queue without removing it."""
-        return self._queues.peek(prefix, default, side, expire_time, tag, retry)
-
-    def peekitem(
-        self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
-    ) -> Any:
-        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
-        return self._queues.peekitem(last, expire_time, tag, retry)
 
     # --- removals and limits (see _eviction.py) -------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Queue operations on a cache: push, pull and peek at either end, and peekitem.
+"""Queue operations on a cache: push, pull and peek at either end, and peekitem (the `Queues`
+part, and `QueueMethods`, Cache's methods that hand each call to it).
 
 Queues live among the cache's items under integer keys from 500000000000000 (or
 ``'prefix-500000000000000'`` strings), in key order; python-diskcache's layout and results.
@@ -16,7 +17,7 @@ from .._disk.disk import Disk
 from .._store.rows import raise_decode_error, reads_as_miss
 from .._store.store import MIN_WRITE_CHARGE, Store
 
-__all__ = ["GONE", "Queues", "UnreadableEntry"]
+__all__ = ["GONE", "QueueMethods", "Queues", "UnreadableEntry"]
 
 
 class UnreadableEntry(Exception):
@@ -219,3 +220,56 @@ def _past(statement: str, params: tuple[Any, ...], passed: int) -> tuple[str, tu
     if statement.endswith("OFFSET ?"):
         return statement, (*params[:-1], params[-1] + passed)
     return statement + " OFFSET ?", (*params, passed)
+
+
+class QueueMethods:
+    """Cache's queue methods, each the `Queues` part's: a base class of CacheBase (a cache with
+    a remote has none: `RemoteItems`)."""
+
+    _queues: Queues
+
+    def push(
+        self,
+        value: Any,
+        prefix: str | None = None,
+        side: str = "back",
+        expire: float | None = None,
+        read: bool = False,
+        tag: Any = None,
+        retry: bool = False,
+    ) -> Any:
+        """Push `value` onto the `side` of the queue named `prefix`; return its key.
+
+        Keys are integers from 500000000000000 (or ``'prefix-500000000000000'`` strings).
+        """
+        return self._queues.push(value, prefix, side, expire, read, tag, retry)
+
+    def pull(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Remove and return ``(key, value)`` from the `side` of the queue; `default` if empty."""
+        return self._queues.pull(prefix, default, side, expire_time, tag, retry)
+
+    def peek(
+        self,
+        prefix: str | None = None,
+        default: Any = (None, None),
+        side: str = "front",
+        expire_time: bool = False,
+        tag: bool = False,
+        retry: bool = False,
+    ) -> Any:
+        """Return ``(key, value)`` at the `side` of the queue without removing it."""
+        return self._queues.peek(prefix, default, side, expire_time, tag, retry)
+
+    def peekitem(
+        self, last: bool = True, expire_time: bool = False, tag: bool = False, retry: bool = False
+    ) -> Any:
+        """Return the newest (or, with ``last=False``, oldest) ``(key, value)``; KeyError if empty."""
+        return self._queues.peekitem(last, expire_time, tag, retry)
