@@ -14,7 +14,10 @@ from diskcache_core import Cache, FanoutCache
 
 @pytest.fixture(params=["cache", "fanout"])
 def cache(request, tmp_path):
-    made = Cache(str(tmp_path)) if request.param == "cache" else FanoutCache(str(tmp_path), shards=3)
+    if request.param == "cache":
+        made = Cache(str(tmp_path))
+    else:
+        made = FanoutCache(str(tmp_path), shards=3)
     yield made
     made.close()
 

@@ -240,7 +240,8 @@ class RemoteItems(CacheBase):
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         directory, timeout, disk, code_only = state[:4]
         group = state[4] if len(state) > 4 else None  # (a pickle of an earlier version: none)
-        self.__init__(directory, timeout, disk, remote_group=group, **code_only)  # type: ignore[misc]
+        reopen = self.__init__  # type: ignore[misc]
+        reopen(directory, timeout, disk, remote_group=group, **code_only)
 
     def __repr__(self) -> str:
         return super().__repr__().replace(type(self).__name__, facade_class(type(self)).__name__, 1)

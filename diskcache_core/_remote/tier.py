@@ -298,7 +298,9 @@ class RemoteTier:
         if tag is not None:
             tag = check_tag(tag)
         try:
-            mode, db_value = stored_form(self._disk, self._directory, self._native_numbers, key, value, read)
+            mode, db_value = stored_form(
+                self._disk, self._directory, self._native_numbers, key, value, read
+            )
         except UnicodeEncodeError:
             check_bindable("value", value)
             raise
