@@ -142,6 +142,14 @@ def test_every_shard_hears_another_hosts_writes(tmp_path, options):
         assert reader.memory_stats().hits > before  # copies are served: the lease holds
         for key in keys:
             writer.set(key, "new")
+
+        def renewed():  # B's copies, renewed by the one refresher through each key's shard
+            return all(
+                reader.shard_for(key).read_sql("SELECT value FROM Cache WHERE key = ?", (key,))
+                == [("new",)] for key in keys
+            )
+
+        eventually(renewed)
         for key in keys:  # each shard's copies were invalidated by the one listener
             helpers.wait_for_value(reader, key, "new")
         assert helpers.fanout_leases_valid(reader)
