@@ -36,7 +36,9 @@ from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
 from .._errors import RemoteOutcomeUnknownError, Timeout
+from .._metrics import CacheMetrics
 from .._cache.getforms import typed_get
+from .._cache.metrics import combined_metrics
 from .layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -426,6 +428,10 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, ShardRemovals, AsyncDataMixin
             if reset:
                 self._timeouts = 0
         return FanoutStats(hits, misses, timeouts)
+
+    def metrics(self) -> CacheMetrics:
+        """The shards' `Cache.metrics` summed, each shard's own in ``shards``."""
+        return combined_metrics([shard.metrics() for shard in self._shards])
 
     async def aexpire(  # type: ignore[override]  # retry first, as python-diskcache's
         self, retry: bool = False, now: float | None = None

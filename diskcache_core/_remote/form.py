@@ -21,7 +21,7 @@ from .._errors import RemoteError
 
 __all__ = [
     "Item", "decode_item", "decode_key", "encode_item", "encode_key", "expiry_header",
-    "stamp_hash", "stored_form", "tag_fields",
+    "serialized", "stamp_hash", "tag_fields",
 ]
 
 _FORMAT = 1
@@ -186,15 +186,12 @@ def stamp_hash(name: bytes) -> int:
     return zlib.crc32(name)
 
 
-_INT64 = 2**63
-
-
-def stored_form(
-    disk: Disk, directory: str, native_numbers: bool, key: Any, value: Any, read: bool
+def serialized(
+    disk: Disk, native_numbers: bool, directory: str, key: Any, value: Any, read: bool
 ) -> tuple[int, Any]:
-    """``(mode, inline value)`` of a value for Redis, as `disk` encodes it: never a value file
-    (one the Disk writes for a large value is read back and removed). `native_numbers`: `disk`
-    stores and fetches as the standard Disk does (str, bytes, floats and 64-bit ints raw)."""
+    """``(mode, inline value)`` of a value for Redis: never a value file (a value the Disk
+    writes to one in `directory` is read back from it, and the file removed). `native_numbers`:
+    the Disk stores and fetches as the standard one does (numbers, text, bytes as they are)."""
     if read:
         read_chunk = getattr(value, "read", None)
         if read_chunk is None:
@@ -209,7 +206,7 @@ def stored_form(
                 value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
             return MODE_RAW, value
         return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
-    _, mode, filename, db_value = disk.store(value, False, key=key)
+    size, mode, filename, db_value = disk.store(value, False, key=key)
     if filename is None:
         return mode, db_value
     path = os.path.join(directory, filename)
