@@ -23,7 +23,7 @@ django = pytest.importorskip("django")
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-OURS = HERE / "django_suite" / "tests_diskcache_core.py"
+OURS = HERE.parent / "helpers" / "django_suite" / "tests_diskcache_core.py"
 MODULE = "tests_diskcache_core"
 # Django's BaseCacheTests (54 in Django 5.2) plus its middleware, utility and i18n tests.
 MINIMUM_TESTS = 90
