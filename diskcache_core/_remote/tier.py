@@ -434,6 +434,8 @@ class RemoteTier:
     def evict(self, tag: Any) -> int:
         """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
         tag = check_tag(tag)
+        if tag is None:  # SQLite's ``tag = NULL`` matches no row: untagged items stay, as locally
+            return 0
         removed = self._each_batch(lambda names: self._remote.evict_tag(names, tag))
         self._words.renew_all()
         return removed

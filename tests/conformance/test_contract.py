@@ -369,6 +369,16 @@ class CacheContract:
             self.see(peer, lambda c: [c.get(n, ENOVAL) for n in range(6)], [ENOVAL, 1, ENOVAL, 3, ENOVAL, 5])
             self.see(peer, lambda c: c.get("untagged"), 1)
 
+    def test_evict_of_no_tag_removes_nothing(self, cache, peers):
+        """``evict(None)`` matches no item (SQLite's ``tag = NULL``), as in python-diskcache:
+        untagged items stay."""
+        cache.set("untagged", 1)
+        cache.set("tagged", 2, tag="t")
+        assert cache.evict(None) == 0
+        assert (cache.get("untagged"), cache.get("tagged")) == (1, 2)
+        for peer in peers:
+            self.see(peer, lambda c: (c.get("untagged"), c.get("tagged")), (1, 2))
+
     def test_clear_removes_everything_and_counts(self, cache, peers):
         for number in range(7):
             cache.set(number, number)
