@@ -95,16 +95,11 @@ class CacheContract:
     def cache(self, make_cache: MakeCache) -> Any:
         return make_cache()
 
-    @pytest.fixture
-    def peers(self, make_cache: MakeCache) -> list[Any]:
-        """Objects that see this cache's items: same directory (another memory tier), and
-        with a remote another host."""
-        return [make_cache()] + ([make_cache(host=1)] if self.remote else [])
-
-    def see(self, peer: Any, read: Callable[[Any], Any], expected: Any) -> None:
-        """Assert `read(peer)` gives `expected`: at once on this host, within the bound on
-        another host."""
-        if self.remote and peer.directory != self.first_directory:
+    def see(self, peer: Any, read: Callable[[Any], Any], expected: Any, writer: Any = None) -> None:
+        """Assert `read(peer)` gives `expected` after a write by `writer` (default: the first
+        cache): at once on the writer's host, within the bound on another host."""
+        written_on = self.first_directory if writer is None else writer.directory
+        if self.remote and peer.directory != written_on:
             assert eventually(lambda: read(peer), expected) == expected
         else:
             assert read(peer) == expected
@@ -112,6 +107,12 @@ class CacheContract:
     @pytest.fixture(autouse=True)
     def _first_directory(self, cache: Any) -> None:
         self.first_directory = cache.directory
+
+    @pytest.fixture
+    def peers(self, make_cache: MakeCache) -> list[Any]:
+        """Objects that see this cache's items: same directory (another memory tier), and
+        with a remote another host."""
+        return [make_cache()] + ([make_cache(host=1)] if self.remote else [])
 
     # Divergences the suite found and that are not fixed yet: test name -> reason. Each is
     # run as xfail(strict=True), so that the fix makes it fail until its line goes.
@@ -203,6 +204,26 @@ class CacheContract:
             del cache["k"]
         for peer in peers:
             self.see(peer, lambda c: c.get("k", ENOVAL), ENOVAL)
+
+    def test_writes_of_a_peer_are_seen_over_what_this_object_holds(self, cache, peers):
+        """What this object read (and its memory tier may hold: a value, a miss, an expiry, a
+        tag) gives way to each peer's write."""
+        for number, peer in enumerate(peers):
+            missing, touched, tagged, deleted = (f"{name}{number}" for name in ("m", "t", "g", "d"))
+            cache.set(touched, "v", expire=100)
+            cache.set(tagged, "v", tag="a")
+            cache.set(deleted, "v")
+            assert cache.get(missing) is None and cache.get(touched, expire_time=True)[1] > 0
+            assert cache.get(tagged, tag=True) == ("v", "a") and deleted in cache
+            self.see(peer, lambda c: c.get(deleted), "v")
+            assert peer.add(missing, "added") is True
+            assert peer.touch(touched, None) is True
+            assert peer.set(tagged, "w", tag="b") is True
+            assert peer.delete(deleted) is True
+            self.see(cache, lambda c: c.get(missing), "added", writer=peer)
+            self.see(cache, lambda c: c.get(touched, expire_time=True), ("v", None), writer=peer)
+            self.see(cache, lambda c: c.get(tagged, tag=True), ("w", "b"), writer=peer)
+            self.see(cache, lambda c: deleted in c, False, writer=peer)
 
     # --- add / touch / delete / pop -------------------------------------------------------
 
