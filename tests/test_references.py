@@ -37,6 +37,7 @@ EXTERNAL = {
     '_transact': "python-diskcache's private transaction method",
     '_triggers_stale': "diskcache-community's private",
     '_module.Name': 'the pattern of a private path, in docs/conf.py',
+    '_total': "Prometheus's suffix of a counter's name",
 }
 
 _PATH = re.compile(r'(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.py)\b')
