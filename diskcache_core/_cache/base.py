@@ -1,6 +1,6 @@
 """CacheBase: a cache directory's parts, composed — opening, settings, administration.
 
-`Cache` (the facade, _cache.py) is this plus the item API. Here: the parts are made (see
+`Cache` (the facade, _cache/cache.py) is this plus the item API. Here: the parts are made (see
 ARCHITECTURE.md): the `Store` (the SQLite database: connections, statements, transactions, the
 after-commit hook), the `MemoryTier` (this process's map of recent items and the protocol that
 keeps it exact across processes), the `Evictor` (limits, culling, expiry, bookkeeping), the
@@ -119,7 +119,7 @@ class CacheBase(QueueMethods):
         self._queues = Queues(self._store, opened.disk, self._sized_files)
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
-        # sampled tier (_memory.py, "Sampling") is skipped.
+        # sampled tier (_memory/tier.py, "Sampling") is skipped.
         self._lookups: MemoryTier | None = None
         self._open_tiers(code_only)
 
@@ -245,7 +245,7 @@ class CacheBase(QueueMethods):
         """Drop the tag index."""
         self.reset("tag_index", 0)
 
-    # --- the memory tier (per object and process; see _memory.py) --------------------------
+    # --- the memory tier (per object and process; see _memory/tier.py) --------------------------
 
     def _memory_limits(self) -> tuple[int, int]:
         """The memory tier's (size, item) bounds this object was given (or the defaults)."""
@@ -338,7 +338,7 @@ class CacheBase(QueueMethods):
         """Disk used for serialization."""
         return self._disk
 
-    # --- removals and limits (see _eviction.py) -------------------------------------------------
+    # --- removals and limits (see _eviction/evictor.py) -------------------------------------------------
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""

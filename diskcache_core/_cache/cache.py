@@ -143,7 +143,7 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, AsyncCacheMixin, Observed):
             does. Under eviction policies other than least-recently-stored an overwrite keeps
             the first store time (:doc:`migrating`).
         """
-        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
+        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory/tier.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
         if memory is None:

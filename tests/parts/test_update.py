@@ -1,6 +1,6 @@
 """`Cache.update` and `FanoutCache.update`: the public atomic read-modify-write of one item, on
 the local path (one write transaction). The remote path (a compare-and-set in Redis) is tested
-in test_remote.py."""
+in parts/test_remote.py."""
 
 from __future__ import annotations
 
