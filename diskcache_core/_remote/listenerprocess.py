@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from .._cache.cache import Cache
-from .._cache.remote import RemoteItems
 from .._errors import DiskCacheError, Timeout
 from .listener import Listener, stop_electing
 from .listenerlog import forward_logs_to_parent
 from .client import RemoteStore
 from .stamps import Member, StampSet
+from .tier import RemoteTier
 
 __all__ = ["RefreshPipe", "main", "refresh_batch"]
 
@@ -117,8 +117,8 @@ def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
             )
         except (DiskCacheError, OSError, ValueError):
             continue  # a directory this process cannot write: invalidation only
-        if isinstance(cache, RemoteItems):
-            tier = cache._remote  # noqa: SLF001 - the tier of this module's own cache
+        tier: RemoteTier | None = getattr(cache, "_remote", None)  # (its RemoteCache's)
+        if tier is not None:
             refreshers.append((prefix.encode("utf-8"), tier.refresh))
     refreshers.sort(key=lambda member: -len(member[0]))  # (as StampSet.heard matches them)
     if not refreshers:
