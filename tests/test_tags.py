@@ -456,3 +456,41 @@ def test_the_tag_index_equals_the_tags_of_the_stored_items(tmp_path_factory, kin
         assert_exact(cache, model, ordered=False)
     finally:
         cache.close()
+
+
+def test_a_directory_removed_while_open_is_followed_with_its_tag_table_gone(tmp_path):
+    from diskcache_core._store.connections import RECHECK_INTERVAL
+    import shutil
+    import time
+
+    directory = str(tmp_path / "c")
+    cache = dc.Cache(directory)
+    cache.set("old", BIG, tags=["a", "b"])
+    assert list(cache.iterkeys(tag="b")) == ["old"]  # (the table is known to exist now)
+    shutil.rmtree(directory)
+    time.sleep(RECHECK_INTERVAL * 1.5)
+    assert cache.set("plain", 1)  # the directory and an empty database made anew
+    assert cache.get("old", tags=True) == (None, frozenset())
+    assert list(cache.iterkeys(tag="b")) == []
+    assert cache.evict("b") == 0 and cache.evict_tags(["b"]) == 0
+    assert cache.set("new", BIG, tags=["b", "c"])  # the table made again, in that write
+    assert cache.get("new", tags=True) == (BIG, frozenset({"b", "c"}))
+    assert cache.check() == []
+    cache.close()
+
+
+def test_a_tagged_write_that_times_out_leaves_no_value_file(tmp_path):
+    directory = str(tmp_path / "c")
+    with dc.Cache(directory, timeout=0.05) as cache:
+        cache.set("made", 0, tags=["x", "y"])
+        holder = sqlite3.connect(os.path.join(directory, "cache.db"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        try:
+            with pytest.raises(dc.Timeout):
+                cache.set("k", BIG, tags=["a", "b"])
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert "k" not in cache
+        assert glob.glob(os.path.join(directory, "**", "*.val"), recursive=True) == []
+        assert cache.check() == []

@@ -12,11 +12,12 @@ after it committed (SQLite serializes the two).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from .._arguments import INT64_MAX, check_tag, put_key
 from .._disk.disk import Disk
-from .._errors import RemoteUnsupportedError, Timeout
+from .._errors import DatabaseError, RemoteUnsupportedError, Timeout
+from .._store import schema as sql
 from .._store import reaper as _reaper
 from .._store import tags as tsql
 from .._store.store import Store, Written
@@ -31,6 +32,7 @@ FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: rea
 
 _BATCH = 100  # rows per statement of evict(tag)'s batched deletes (as Evictor's)
 _PAGE = 100  # keys per page of iterkeys(tag=...)
+_TAGGED_KEYS = sql.TAGGED_KEYS  # the first tags only (no tag table)
 
 TaggedRow = tuple[int, str | None, Any, Any, Any, Any, frozenset[Any]]
 
@@ -42,13 +44,25 @@ class ItemTags:
         """`store` holds the database; `disk` turns stored keys back into keys."""
         self.store = store
         self.disk = disk
-        self._table = False  # the tag table is known to exist (once made, it stays)
+        self._table = False  # the tag table was seen (it stays, unless the directory goes)
 
     def table(self) -> bool:
         """Whether the tag table exists (read until it is first found, then known)."""
         if not self._table:
             self._table = bool(self.store.read(tsql.TAG_TABLE_EXISTS))
         return self._table
+
+    def _read(self, pick: Callable[[bool], str], params: Any) -> list[Any]:
+        """Rows of the statement `pick` chooses by whether the tag table exists; read again
+        without it where it is gone since it was seen (the cache directory removed while open
+        and made anew: an empty database)."""
+        try:
+            return self.store.read(pick(self.table()), params)
+        except DatabaseError as exc:
+            if not self._table or "no such table" not in str(exc):
+                raise
+            self._table = False
+            return self.store.read(pick(self.table()), params)
 
     def write(
         self, statement: str, params: Any, retry: bool, new_file: str | None, charge: int,
@@ -57,11 +71,13 @@ class ItemTags:
         """Run the item's write `statement` and store its `extras` in one transaction (the table
         and triggers made first, where this is the database's first extra tag)."""
         store = self.store
-        with store.transaction(retry) as state:
-            if not self._table:
+        # The transaction owns `new_file`: removed if BEGIN or any statement fails.
+        with store.transaction(retry, new_file) as state:
+            # Asked under the write lock, each time: a flag could be stale (see `_read`).
+            if not state.execute(tsql.TAG_TABLE_EXISTS).fetchall():
                 for create in tsql.CREATE_TAG_SCHEMA:
                     state.execute(create)
-            count, _ = store.write(statement, params, retry, new_file, charge)
+            count, _ = store.write(statement, params, retry, None, charge)
             if count == 1:
                 for extra in extras:
                     state.execute(tsql.INSERT_EXTRA_TAG, (extra, db_key, raw))
@@ -71,8 +87,7 @@ class ItemTags:
     def read_item(self, db_key: Any, raw: int) -> TaggedRow | None:
         """The live item's row (mode, filename, value or size, expire time, first tag, store
         time) and all its tags, read in one statement; None when there is none."""
-        statement = tsql.SELECT_ITEM_TAGS[1 if self.table() else 0]
-        rows = self.store.read(statement, (db_key, raw, time.time()))
+        rows = self._read(tsql.SELECT_ITEM_TAGS.__getitem__, (db_key, raw, time.time()))
         if not rows:
             return None
         (_, mode, filename, db_value, db_expire, first, stored), *extras = rows
@@ -90,6 +105,11 @@ class ItemTags:
                 removed, _ = self.store.write(tsql.DELETE_EXTRA_BATCH, (tag, _BATCH), retry)
             except Timeout:
                 raise Timeout(count) from None
+            except DatabaseError as exc:  # gone since seen (see `_read`): nothing to remove
+                if "no such table" not in str(exc):
+                    raise
+                self._table = False
+                return count
             if removed <= 0:
                 _reaper.drain()
                 return count
@@ -99,9 +119,9 @@ class ItemTags:
         """Remove every item carrying any of `tags` (checked), in one transaction; how many."""
         if not tags:
             return 0
-        extra = self.table()
         count = 0
         with self.store.transaction(retry) as state:
+            extra = bool(state.execute(tsql.TAG_TABLE_EXISTS).fetchall())  # (under the lock)
             for tag in tags:
                 count += state.execute(tsql.DELETE_FIRST_TAGGED, (tag,)).rowcount
                 if extra:
@@ -112,10 +132,12 @@ class ItemTags:
     def keys(self, tag: Any, reverse: bool) -> Iterator[Any]:
         """The keys carrying `tag` (checked, not None) as first or extra tag, in insertion
         order, a page per statement."""
-        statement = tsql.TAGGED_KEYS_ANY[reverse]
         last = INT64_MAX if reverse else 0
         while True:
-            rows = self.store.read(statement, (tag, last, _PAGE))
+            rows = self._read(
+                lambda table: tsql.TAGGED_KEYS_ANY[reverse] if table else _TAGGED_KEYS[reverse],
+                (tag, last, _PAGE),
+            )
             for _, db_key, raw in rows:
                 yield self.disk.get(db_key, raw)
             if len(rows) < _PAGE:
