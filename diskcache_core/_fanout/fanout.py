@@ -24,20 +24,21 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from .._arguments import check_text, check_time, check_timeout, shape, shape_stored
+from .._arguments import check_text, check_timeout, shape, shape_stored
 from .._cache.awaitable import AsyncDataMixin, run_sync
 from .._cache.cache import Cache
 from .._cache.check import check_layout_leftovers
 from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
-from .._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
+from .._errors import RemoteOutcomeUnknownError, Timeout
+from .._metrics import CacheMetrics
 from .._cache.getforms import typed_get
+from .._cache.metrics import combined_metrics
 from .layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -46,7 +47,6 @@ from .layout import (
     crc32,
     hashes_text_inline,
     placement,
-    proportional_shares,
 )
 from .layout import bind_layout, check_shard_count, placement_hash, read_layout
 from .._reprs import opened_as
@@ -450,6 +450,10 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, ShardRemovals, AsyncDataMixin
             if reset:
                 self._timeouts = 0
         return FanoutStats(hits, misses, timeouts)
+
+    def metrics(self) -> CacheMetrics:
+        """The shards' `Cache.metrics` summed, each shard's own in ``shards``."""
+        return combined_metrics([shard.metrics() for shard in self._shards])
 
     async def aexpire(  # type: ignore[override]  # retry first, as python-diskcache's
         self, retry: bool = False, now: float | None = None
