@@ -11,6 +11,7 @@ after it committed (SQLite serializes the two).
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -73,14 +74,15 @@ class ItemTags:
         store = self.store
         # The transaction owns `new_file`: removed if BEGIN or any statement fails.
         with store.transaction(retry, new_file) as state:
-            # Asked under the write lock, each time: a flag could be stale (see `_read`).
-            if not state.execute(tsql.TAG_TABLE_EXISTS).fetchall():
+            # Probed under the write lock, each time: a flag could be stale (see `_read`).
+            try:
+                state.execute(tsql.PROBE_TAG_TABLE)
+            except sqlite3.OperationalError:  # no such table: made in this transaction
                 for create in tsql.CREATE_TAG_SCHEMA:
                     state.execute(create)
             count, _ = store.write(statement, params, retry, None, charge)
             if count == 1:
-                for extra in extras:
-                    state.execute(tsql.INSERT_EXTRA_TAG, (extra, db_key, raw))
+                state.execute(tsql.insert_extra_tags(len(extras)), (db_key, raw, *extras))
         self._table = True
         return count, None
 

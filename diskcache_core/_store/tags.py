@@ -23,8 +23,8 @@ from .schema import NOT_EXPIRED
 
 __all__ = [
     "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_EXTRA_TAGGED", "DELETE_FIRST_TAGGED",
-    "DELETE_ORPHAN_TAGS", "INSERT_EXTRA_TAG", "ORPHAN_TAGS", "SELECT_ITEM_TAGS",
-    "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS", "TAG_TRIGGERS", "TAGGED_KEYS_ANY",
+    "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS", "PROBE_TAG_TABLE", "SELECT_ITEM_TAGS",
+    "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS", "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "insert_extra_tags",
 ]
 
 TAG_TABLE = "CacheTag"
@@ -47,12 +47,28 @@ SELECT_TAG_TRIGGERS = (
     " AND name LIKE 'CacheTag%'"
 )
 
-# One extra tag of the item just written (found by its key: the upsert may have updated a row).
-# OR IGNORE: the tag equal (SQLite's rule) to another of the item's is stored once.
-INSERT_EXTRA_TAG = (
-    "INSERT OR IGNORE INTO CacheTag (tag, item) SELECT ?1, rowid FROM Cache"
-    " WHERE key = ?2 AND raw = ?3 AND tag IS NOT ?1"
-)
+# The extra tags of the item just written (found by its key: the upsert may have updated a row),
+# in one statement: parameters key, raw, then the n tags. One text per count n (made once each,
+# so sqlite3's statement cache keeps hitting). OR IGNORE: a tag equal (SQLite's rule) to another
+# of the item's is stored once.
+_INSERT_EXTRA_TAGS: dict[int, str] = {}
+
+
+def insert_extra_tags(count: int) -> str:
+    """The statement storing `count` extra tags of one item."""
+    statement = _INSERT_EXTRA_TAGS.get(count)
+    if statement is None:
+        values = ", ".join(f"(?{number + 3})" for number in range(count))
+        statement = _INSERT_EXTRA_TAGS[count] = (
+            "INSERT OR IGNORE INTO CacheTag (tag, item) SELECT extra.column1, rowid FROM Cache,"
+            f" (VALUES {values}) AS extra WHERE key = ?1 AND raw = ?2"
+        )
+    return statement
+
+
+# A write with extra tags makes sure the table is there, in its transaction: this probe fails
+# (rarely: the first extra tag of a database, or one made anew since) where it is not.
+PROBE_TAG_TABLE = "SELECT 1 FROM CacheTag LIMIT 0"
 
 # get(tags=True): the item and its extra tags in one statement, so one snapshot (a set between
 # two statements could pair a value with another write's tags). The first row is the item's
