@@ -20,8 +20,10 @@ def test_quick_run_reports_every_row(tmp_path, capsys):
     for name in ("set_no_tags_vs_today", "set_no_tags_table_vs_none", "set_three_tags_vs_one",
                  "evict_one_tag_vs_python_diskcache"):
         assert rows[name]["ratio"] > 0, name
-    scaling = rows["evict_tags_large_vs_small"]
-    assert scaling["evict_ratio"] > 0 and scaling["iterkeys_ratio"] > 0
+    for layout in ("evict_tags_large_vs_small", "evict_tags_large_vs_small_clustered"):
+        scaling = rows[layout]
+        assert scaling["evict_ratio"] > 0 and scaling["iterkeys_ratio"] > 0
     printed = capsys.readouterr().out
-    assert "evict_tags, large vs small" in printed and "set_three_tags_vs_one" in printed
+    assert (tmp_path / "tags.txt").read_text().strip() == printed.strip()
+    assert "evict_tags, large vs small (clustered)" in printed and "set_three_tags_vs_one" in printed
     assert [path.name for path in tmp_path.iterdir() if path.name.startswith("tags-")] == []
