@@ -1,6 +1,6 @@
 """CacheBase: a cache directory's parts, composed — opening, settings, administration.
 
-`Cache` (the facade, _cache.py) is this plus the item API. Here: the parts are made (see
+`Cache` (the facade, _cache/cache.py) is this plus the item API. Here: the parts are made (see
 ARCHITECTURE.md): the `Store` (the SQLite database: connections, statements, transactions, the
 after-commit hook), the `MemoryTier` (this process's map of recent items and the protocol that
 keeps it exact across processes), the `Evictor` (limits, culling, expiry, bookkeeping), the
@@ -118,7 +118,7 @@ class CacheBase:
         self._tags = ItemTags(self._store, opened.disk)
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
-        # sampled tier (_memory.py, "Sampling") is skipped.
+        # sampled tier (_memory/tier.py, "Sampling") is skipped.
         self._lookups: MemoryTier | None = None
         # With a remote (Redis holds the items): the tier every item operation goes through.
         self._remote: RemoteTier | None = None
@@ -247,7 +247,7 @@ class CacheBase:
         """Drop the tag index."""
         self.reset("tag_index", 0)
 
-    # --- the memory tier (per object and process; see _memory.py) --------------------------
+    # --- the memory tier (per object and process; see _memory/tier.py) --------------------------
 
     def _configure_memory(self) -> None:
         limits = {**MEMORY_DEFAULTS, **self._code_only}
@@ -333,7 +333,7 @@ class CacheBase:
         """Disk used for serialization."""
         return self._disk
 
-    # --- queues (see _queue.py) -----------------------------------------------------------------
+    # --- queues (see _cache/queue.py) -----------------------------------------------------------
 
     def push(
         self,
@@ -389,7 +389,7 @@ class CacheBase:
             self._remote.unsupported("peekitem()")
         return self._queues.peekitem(last, expire_time, tag, retry)
 
-    # --- removals and limits (see _eviction.py) -------------------------------------------------
+    # --- removals and limits (see _eviction/evictor.py) -----------------------------------------
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""

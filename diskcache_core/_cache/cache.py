@@ -130,7 +130,7 @@ class Cache(CacheBase, KeyIteration, TagOperations, AsyncCacheMixin, Observed):
             if store_time:
                 raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
             return self._remote.get(key, default, read, expire_time, tag)
-        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
+        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory/tier.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
         if memory is None:

@@ -8,7 +8,7 @@ With `fix` it repairs each (a damaged row is dropped, with its value file).
 
 What a repair may touch: a row whose name is not a value file's (the database, its journals, the
 version or layout file, ``..``, an absolute path, a path through a link; see
-``_valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
+``_disk.valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
 removed themselves, never followed, and never their targets. The database files and the layout
 file are never removed, and a subdirectory holding its own ``cache.db`` (another cache, such as a
 FanoutCache shard) is not swept.

@@ -14,7 +14,7 @@ included (persistent triggers fire on its connections too):
 
 Nothing is created when a cache is opened (invariant 5): the table and triggers are made by the
 first write that stores an extra tag, inside that write's transaction. python-diskcache ignores a
-table it does not know, so the directory stays usable by it (tests/test_peer_sharing.py).
+table it does not know, so the directory stays usable by it (tests/peers/test_peer_sharing.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import diskcache_core as dc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ITEMS = 200  # per writer
 
 WRITER = """

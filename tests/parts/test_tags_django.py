@@ -12,7 +12,7 @@ django = pytest.importorskip("django")
 
 from django.conf import settings  # noqa: E402
 
-from tests.django_project import settings as project  # noqa: E402
+from tests.helpers.django_project import settings as project  # noqa: E402
 
 if not settings.configured:
     settings.configure(**{name: getattr(project, name) for name in dir(project) if name.isupper()})

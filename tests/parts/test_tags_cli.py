@@ -14,7 +14,7 @@ import pytest
 
 import diskcache_core as dc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
