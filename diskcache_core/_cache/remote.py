@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn
 
-from .._arguments import expire_at
+from .._arguments import check_tags, expire_at
 from .._disk.disk import DELETE, ENOVAL, KEEP
 from .._errors import RemoteUnsupportedError
 from .base import CacheBase
 from .counters import check_delta
+from .tags import check_evict_tags
 from .getforms import typed_get
 
 if TYPE_CHECKING:
@@ -95,11 +96,15 @@ class RemoteItems(CacheBase):
         tag: bool = False,
         retry: bool = False,
         store_time: bool = False,
+        *,
+        tags: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` (see `Cache.get`): a copy of this host while
         it is known current, else Redis's. No ``store_time`` (Redis keeps none)."""
         if store_time:
             raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
+        if tags:
+            raise RemoteUnsupportedError("get(tags=True) on a cache with a remote")
         return self._remote.get(key, default, read, expire_time, tag)
 
     def __contains__(self, key: Any) -> bool:
@@ -109,9 +114,14 @@ class RemoteItems(CacheBase):
     # --- writes ---------------------------------------------------------------------------------
 
     def _store_item(
-        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool,
+        tags: Any = None,
     ) -> bool:
         """set and add: Redis first, then this host's stamp (see `RemoteTier.store_item`)."""
+        if tags is not None:
+            tag, extras = check_tags(tag, tags)
+            if extras:
+                raise RemoteUnsupportedError("tags= on a cache with a remote")
         return self._remote.store_item(statement, key, value, expire, read, tag)
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
@@ -177,6 +187,11 @@ class RemoteItems(CacheBase):
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag` from Redis; return how many."""
         return self._remote.evict(tag)
+
+    def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int:
+        """Not with a remote: RemoteUnsupportedError."""
+        check_evict_tags(tags)
+        raise RemoteUnsupportedError("evict_tags() on a cache with a remote")
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item under the prefix from Redis; return how many (this host's copies

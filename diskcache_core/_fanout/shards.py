@@ -1,5 +1,5 @@
 """The shards of a FanoutCache: opening each one with its share of the settings, and their
-memory tiers seen as one.
+memory tiers and their keys seen as one.
 
 Each shard is a Cache in a subdirectory (``000``, ``001``, ...) that must not be a link. It gets
 an even share of ``size_limit`` (an existing shard keeps its stored share unless the caller gives
@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os.path as op
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 from .._store import schema as sql
 from .._cache.cache import Cache
 from .._disk.directories import open_subdirectory
-from .._disk.disk import UNKNOWN, Disk
+from .._disk.disk import ENOVAL, UNKNOWN, Disk
 from .layout import shard_name
 from .._memory.tier import MemoryStats
 from .._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS, validate_settings
 
-__all__ = ["ItemTooLargeError", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
+__all__ = ["ItemTooLargeError", "ShardKeys", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
            "split_evenly"]  # fmt: skip
 
 
@@ -163,3 +163,29 @@ class ShardMemoryTiers:
             for position, number in enumerate(shard.memory_stats(reset)):
                 totals[position] += number
         return MemoryStats(*totals)
+
+
+class ShardKeys:
+    """A FanoutCache's keys, shard by shard (a base class of FanoutCache)."""
+
+    _shards: tuple[Cache, ...]
+
+    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
+        """Iterate keys shard by shard, each shard's in `Cache.iterkeys` order: key order, or
+        with `tag` the keys carrying it (``tag=None``: with no tag) in insertion order."""
+        for shard in reversed(self._shards) if reverse else self._shards:
+            yield from shard.iterkeys(reverse, tag=tag)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate keys shard by shard (insertion order within a shard)."""
+        for shard in self._shards:
+            yield from shard
+
+    def __reversed__(self) -> Iterator[Any]:
+        """Iterate keys in the reverse of `__iter__`'s order."""
+        for shard in reversed(self._shards):
+            yield from reversed(shard)
+
+    def __len__(self) -> int:
+        """Count of items in every shard, expired items included."""
+        return sum(len(shard) for shard in self._shards)
