@@ -32,6 +32,7 @@ from .._store.opening import open_database
 from .._remote.stamps import REMOTE_FILE
 from .._reprs import opened_as
 from .queue import QueueMethods, Queues
+from .tags import ItemTags
 from .._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
@@ -117,6 +118,7 @@ class CacheBase(QueueMethods):
         # With the standard store and fetch, a value file must be as long as its row says.
         self._sized_files = self._native_numbers
         self._queues = Queues(self._store, opened.disk, self._sized_files)
+        self._tags = ItemTags(self._store, opened.disk)
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
         # sampled tier (_memory/tier.py, "Sampling") is skipped.
@@ -343,10 +345,6 @@ class CacheBase(QueueMethods):
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
         return self._evictor.expire(now, retry)
-
-    def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag`; return how many (with a remote: from Redis)."""
-        return self._evictor.evict(tag, retry)
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many (with a remote: from Redis, under the prefix;

@@ -6,12 +6,15 @@ tag index (``tag_index``) where there is one. Expired items are included; no val
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .._store import schema as sql
 from .._arguments import INT64_MAX, check_tag
 from .._disk.disk import ENOVAL, Disk
 from .._store.store import Store
+
+if TYPE_CHECKING:
+    from .tags import ItemTags
 
 __all__ = ["KeyIteration", "keys_by_rowid", "keys_in_order", "tagged_keys"]
 
@@ -66,16 +69,21 @@ class KeyIteration:
 
     _store: Store
     _disk: Disk
+    _tags: ItemTags
 
     def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
         """Iterate keys in database sort order (by type, then value), expired ones included.
 
-        With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
-        order, read through the tag index where there is one (``tag_index``); no value is read.
+        With `tag`, only the keys carrying that tag among their tags (``tag=None``: with none),
+        in insertion order, read through the tag table's index and the tag index where there is
+        one (``tag_index``); no value is read.
         """
         if tag is ENOVAL:
             return keys_in_order(self._store, self._disk, reverse)
-        return tagged_keys(self._store, self._disk, check_tag(tag), reverse)
+        tag = check_tag(tag)
+        if tag is not None and self._tags.table():  # some item has extra tags
+            return self._tags.keys(tag, reverse)
+        return tagged_keys(self._store, self._disk, tag, reverse)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate keys in insertion order, expired items included."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn
 
-from .._arguments import expire_at
+from .._arguments import check_tags, expire_at
 from .._disk.disk import DELETE, ENOVAL, KEEP
 from .._errors import RemoteUnsupportedError
 from .base import CacheBase
 from .counters import check_delta
 from .getforms import typed_get
+from .tags import check_evict_tags
 
 if TYPE_CHECKING:
     from .._remote.tier import RemoteTier
@@ -95,9 +96,13 @@ class RemoteItems(CacheBase):
         tag: bool = False,
         retry: bool = False,
         store_time: bool = False,
+        *,
+        tags: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` (see `Cache.get`): a copy of this host while
-        it is known current, else Redis's. No ``store_time`` (Redis keeps none)."""
+        it is known current, else Redis's. No ``store_time`` (Redis keeps none), no ``tags``."""
+        if tags:
+            raise RemoteUnsupportedError("get(tags=True) on a cache with a remote")
         if store_time:
             raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
         return self._remote.get(key, default, read, expire_time, tag)
@@ -109,9 +114,15 @@ class RemoteItems(CacheBase):
     # --- writes ---------------------------------------------------------------------------------
 
     def _store_item(
-        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool,
+        tags: Any = None,
     ) -> bool:
-        """set and add: Redis first, then this host's stamp (see `RemoteTier.store_item`)."""
+        """set and add: Redis first, then this host's stamp (see `RemoteTier.store_item`). One
+        tag only: ``tags=`` raises RemoteUnsupportedError (checked first, as locally)."""
+        if tags is not None:
+            tag, extras = check_tags(tag, tags)
+            if extras:
+                raise RemoteUnsupportedError("tags= on a cache with a remote")
         return self._remote.store_item(statement, key, value, expire, read, tag)
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
@@ -177,6 +188,11 @@ class RemoteItems(CacheBase):
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag` from Redis; return how many."""
         return self._remote.evict(tag)
+
+    def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int:
+        """Not with a remote: RemoteUnsupportedError (after the tags are checked)."""
+        check_evict_tags(tags)
+        raise RemoteUnsupportedError("evict_tags() on a cache with a remote")
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item under the prefix from Redis; return how many (this host's copies

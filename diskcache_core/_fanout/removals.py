@@ -1,18 +1,16 @@
-"""Removals over every shard of a FanoutCache, each resumed after a timeout until done:
-`ShardRemovals` (expire, evict, cull, clear, evict_items), a base class of FanoutCache.
-
-A shard busy past the FanoutCache's (short) timeout raises Timeout with the count it removed
-before; the removal is resumed on that shard, so a bulk removal never gives up part-way. An
-unreachable remote raises at once (resuming would spin while it is down).
+"""A FanoutCache's bulk removals: each runs on every shard, resuming a shard after its
+timeouts (a shard's give-up is not the caller's: the removal completes), and sums the counts.
+`evict_tags` is one transaction per shard (`Cache.evict_tags`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from .._arguments import check_time
 from .._cache.cache import Cache
+from .._cache.tags import check_evict_tags
 from .._errors import RemoteUnavailableError, Timeout
 from .layout import proportional_shares
 
@@ -36,7 +34,7 @@ def _evict_in_shares(shards: tuple[Cache, ...], count: int, retry: bool) -> int:
 
 
 class ShardRemovals:
-    """FanoutCache's bulk removals, over its shards."""
+    """The bulk removals of a FanoutCache over its shards (a base class of FanoutCache)."""
 
     _shards: tuple[Cache, ...]
 
@@ -66,8 +64,13 @@ class ShardRemovals:
         return self._each_until_done("expire", cutoff, retry=retry)
 
     def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag` from every shard; return how many."""
+        """Remove every item carrying `tag` among its tags from every shard; return how many."""
         return self._each_until_done("evict", tag, retry=retry)
+
+    def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int:
+        """Remove every item carrying any of `tags`, one transaction per shard (a shard that
+        timed out is tried again: its transaction rolled back); return how many."""
+        return self._each_until_done("evict_tags", check_evict_tags(tags), retry=retry)
 
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until each shard is within its limit."""
