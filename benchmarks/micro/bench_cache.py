@@ -80,6 +80,27 @@ def test_get_cold_100b(open_cache: OpenCache, measure: Measure) -> None:
     assert measure("get_cold_100b", cache.get, arguments((key,) for key in keys)) == VALUE_100B
 
 
+def measure_get_other(open_cache: OpenCache, measure: Measure, operation: str, value: bytes) -> None:
+    """Reads, each of a key's first, of keys written through another Cache object on the same
+    directory (closed before the reads): neither object's memory tier holds them."""
+    writer = open_cache()
+    keys = names("key", measure.calls(operation))
+    with writer.transact():
+        populate(writer, keys, value)
+    writer.close()
+    reader = open_cache(same_as=writer)
+    reader.get("missing")  # untimed: the first call opens the connection
+    assert measure(operation, reader.get, arguments((key,) for key in keys)) == value
+
+
+def test_get_other_100b(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_other(open_cache, measure, "get_other_100b", VALUE_100B)
+
+
+def test_get_other_10kb(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_other(open_cache, measure, "get_other_10kb", VALUE_10KB)
+
+
 def test_get_miss_new(open_cache: OpenCache, measure: Measure) -> None:
     cache = open_cache()
     populate(cache, names("key", KEY_COUNT), VALUE_100B)
