@@ -79,7 +79,7 @@ def open_cache(implementation: Implementation) -> Iterator[Callable[..., CacheLi
             if same_as is None:
                 directory = os.path.join(root, f"cache-{len(opened)}")
             else:
-                directory = str(getattr(same_as, "directory"))
+                directory = str(same_as.directory)
             cache = implementation.factory(directory, **settings)
             opened.append(cache)
             return cache

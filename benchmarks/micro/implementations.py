@@ -26,6 +26,9 @@ OTHER_PEERS: dict[str, str] = {
     "diskcache-community": "diskcache_community",
     "diskcache-rs": "diskcache_rs",
 }
+#: Settings that make a peer hold what the others hold: diskcache-rs evicts past 100,000 items by
+#: default (the uniform-read row keeps 200,000); the others have no count limit.
+PEER_SETTINGS: dict[str, dict[str, Any]] = {"diskcache-rs": {"count_limit": 2**31}}
 
 
 class CacheLike(Protocol):
@@ -42,6 +45,11 @@ class CacheLike(Protocol):
     def transact(self, retry: bool = False) -> ContextManager[Any]: ...
 
     def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    @property
+    def directory(self) -> Any: ...  # a str, or a pathlib.Path (diskcache-rs)
 
 
 #: Opens a cache: ``factory(directory, **settings)``.
@@ -108,9 +116,9 @@ def implementations() -> list[Implementation]:
     ]
     # The other peers, in the Cache family only: single-process rows of the issue-39 table.
     for library, module in _other_peer_modules().items():
-        found.append(
-            Implementation(f"{module}.Cache", "Cache", False, module.Cache, library=library)
-        )
+        factory = functools.partial(module.Cache, **PEER_SETTINGS.get(library, {}))
+        label = f"{module.__name__}.Cache"
+        found.append(Implementation(label, "Cache", False, factory, library=library))
     core_fanout = getattr(diskcache_core, "FanoutCache", None)
     if core_fanout is not None:
         found += [
