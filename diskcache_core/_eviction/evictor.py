@@ -21,6 +21,7 @@ from .access import FINAL_WAIT, MAX_PENDING, AccessLog, schedule_flush
 from .._arguments import check_tag, check_time
 from .._store.connections import ThreadState
 from .._errors import DiskCacheError, Timeout
+from .._metrics import EvictionCounts
 from .._settings import Settings
 from .._store.store import MIN_WRITE_CHARGE, Store, weakly
 
@@ -64,6 +65,7 @@ class Evictor:
         # Under least-frequently-used, the key each thread's latest set wrote (see check_size).
         self.read_counts = self.access.read_column == "access_count"
         self.writing = threading.local()
+        self.removed = EvictionCounts()  # items this process removed, by reason (metrics)
         store.size_check = weakly(self.check_size)
         self.set_size_limit(settings.size_limit)
 
@@ -179,7 +181,8 @@ class Evictor:
             self._schedule()
 
     def note_removed(self, db_key: Any, raw: Any) -> None:
-        """`db_key` was removed: nothing to refresh for it any more."""
+        """`db_key` was removed (a delete or pop): nothing to refresh for it any more."""
+        self.removed.explicit += 1
         if self.access.column is not None:
             self.access.forget(db_key, raw)
 
@@ -238,8 +241,11 @@ class Evictor:
 
     # --- removals -------------------------------------------------------------------------------
 
-    def _delete_batches(self, statement: str, params: tuple[Any, ...], retry: bool) -> int:
-        """Run a batched DELETE until it removes nothing; Timeout carries the count so far."""
+    def _delete_batches(
+        self, statement: str, params: tuple[Any, ...], retry: bool, reason: str
+    ) -> int:
+        """Run a batched DELETE until it removes nothing; Timeout carries the count so far.
+        `reason`: the `EvictionCounts` field the removals count towards."""
         count = 0
         while True:
             try:
@@ -251,20 +257,21 @@ class Evictor:
                 self.return_free_pages()
                 return count
             count += removed
+            setattr(self.removed, reason, getattr(self.removed, reason) + removed)
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
         cutoff = time.time() if now is None else check_time("now", now)
-        return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry)
+        return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry, "expiry")
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many."""
         tag = check_tag(tag)
-        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry)
+        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry, "tag")
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many."""
-        return self._delete_batches(sql.DELETE_ANY, (), retry)
+        return self._delete_batches(sql.DELETE_ANY, (), retry, "explicit")
 
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
@@ -279,6 +286,7 @@ class Evictor:
                 if removed <= 0:
                     break
                 count += removed
+                self.removed.size += removed
         except Timeout:
             raise Timeout(count) from None
         _reaper.drain()
@@ -319,6 +327,7 @@ class Evictor:
                 if done <= 0:
                     break
                 removed += done
+                self.removed.count += done
         except Timeout:
             raise Timeout(removed) from None
         _reaper.drain()
@@ -337,10 +346,13 @@ class Evictor:
         # not waited for: a flush under way writes the reads itself.
         flushing = access.flushing.acquire(blocking=False)
         batch = None
+        expired = evicted = 0  # counted once the transaction has committed
         try:
             with store.transaction() as state:
                 written = state.execute(_LAST_INSERT).fetchone()[0]  # (no statement below sets it)
-                state.execute(sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit)))
+                expired = state.execute(
+                    sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit))
+                ).rowcount
                 delete = sql.delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return
@@ -353,8 +365,9 @@ class Evictor:
                     sparing = _SPARING_DELETE.get(settings.eviction_policy)
                     spared = (written, *getattr(self.writing, "key", (None, None)))
                     victims = (delete, ()) if sparing is None else (sparing, spared)
-                    over = self._evict_until_within(state, victims, volume, budget)
+                    over, evicted = self._evict_until_within(state, victims, volume, budget)
         except BaseException as exc:
+            expired = evicted = 0
             if batch is not None:  # not written: it goes out with the next flush
                 access.give_back(batch)
             if isinstance(exc, Timeout):
@@ -363,14 +376,17 @@ class Evictor:
         finally:
             if flushing:
                 access.flushing.release()
+            self.removed.expiry += max(expired, 0)
+            self.removed.size += evicted
         if over:
             store.unchecked = store.check_every  # still over: check again on the next write
 
     def _evict_until_within(
         self, state: ThreadState, victims: tuple[str, tuple[Any, ...]], volume: int, budget: int
-    ) -> bool:
+    ) -> tuple[bool, int]:
         """Evict victims in policy order (`victims`: the DELETE, and its parameters after the
-        count), stopping as soon as the volume is within size_limit; True while still over.
+        count), stopping as soon as the volume is within size_limit; True while still over,
+        and how many were evicted.
 
         One victim first; while removals lower the volume, as many average rows as the
         overshoot (so a small cache — a FanoutCache shard holds a fraction of the limit — does not
@@ -394,12 +410,12 @@ class Evictor:
             removed += count
             after = self._volume(state)
             if after <= size_limit:
-                return False
+                return False, removed
             # A removal that freed nothing: the overshoot plus one interval's worth of average
             # rows; one that freed bytes: the overshoot's worth (no more than is needed).
             step = min(limit - removed, self._rows_to_free(state, after, after >= volume))
             volume = after
-        return True
+        return True, removed
 
     def _rows_to_free(self, state: ThreadState, volume: int, interval: bool) -> int:
         """How many average rows make up the overshoot (plus one check interval with

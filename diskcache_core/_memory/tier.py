@@ -59,6 +59,7 @@ from typing import Any, NamedTuple
 
 from .._disk.disk import UNSTORABLE, as_read_back
 from .._errors import note_interrupt
+from .._metrics import MemoryStats
 from .._store.versionfile import BUCKETS, HEADER_WORDS
 
 __all__ = ["ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index",
@@ -168,17 +169,6 @@ def publish(words: memoryview, versions: dict[int, int]) -> None:
 # --- the in-process map --------------------------------------------------------------------------
 
 
-class MemoryStats(NamedTuple):
-    """What `Cache.memory_stats` returns: this process's memory tier of one cache."""
-
-    hits: int  #: gets and ``in`` tests answered from memory
-    misses: int  #: gets that went to SQLite while the tier was on
-    items: int  #: entries held now
-    size: int  #: bytes counted for them (keys, values and a fixed overhead per entry)
-    size_limit: int  #: memory_size_limit
-    item_limit: int  #: memory_item_limit
-
-
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__slots__": ()})()
 
 
@@ -238,6 +228,9 @@ class MemoryTier:
         self.size = 0
         self.hits = 0
         self.misses = 0
+        # For `Cache.metrics`: hits that answered "absent", entries kept, and entries found
+        # invalidated by a write (counted on the miss path only, as hits and misses are).
+        self.absent_hits = self.fills = self.invalidated = 0
         self.lock = threading.Lock()
         self.size_limit = size_limit
         self.item_limit = item_limit
@@ -290,7 +283,10 @@ class MemoryTier:
         else:
             map_key = self.key_for(key)
         entry = self.entries.get(map_key)
-        if entry is None or self.words[entry.word] != entry.tag:
+        if entry is None:
+            return None
+        if self.words[entry.word] != entry.tag:
+            self.invalidated += 1
             return None
         expires = entry.expire_time
         if expires is not None and expires <= time.time():
@@ -317,6 +313,7 @@ class MemoryTier:
             return None  # (a connection to a database removed while open: not the tier's)
         entry = self.entries.get(map_key)
         if entry is not None:
+            self.invalidated += self.words[entry.word] != entry.tag  # (else it expired)
             index: int | None = entry.word
         elif self.seen_lately(map_key):
             index = pre_index(db_key)  # None: a key of a type the tier does not keep
@@ -518,6 +515,7 @@ class MemoryTier:
             self.discard(map_key)
             return
         entry = Entry(stored, fetch_mode, index, tag, expire_time, db_key, raw, nbytes)
+        self.fills += 1
         entries = self.entries
         with self.lock:
             old = entries.get(map_key)
