@@ -11,9 +11,9 @@ from typing import Any
 from ._errors import FloatOverflowError
 
 __all__ = [
-    "INT64_MAX", "INT64_MIN", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
+    "INT64_MAX", "INT64_MIN", "MAX_TAGS", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
     "TextError", "check_bindable", "check_expire", "check_key", "check_seconds", "check_side",
-    "check_tag", "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
+    "check_tag", "check_tags", "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
     "shape_stored",
     "whole_number",
 ]  # fmt: skip
@@ -180,7 +180,7 @@ def check_expire(expire: Any) -> None:
     expire_at(0.0, expire)
 
 
-def check_tag(tag: Any) -> Any:
+def check_tag(tag: Any, name: str = "tag") -> Any:
     """A tag as SQLite stores it: str (UTF-8), bytes, 64-bit int, float (not NaN) or None.
 
     Returns it as that base type: what SQLite would store for a subclass (an ``enum`` member
@@ -200,14 +200,48 @@ def check_tag(tag: Any) -> Any:
         elif isinstance(tag, (bytearray, memoryview)):
             return bytes(tag)
         else:
-            raise TypeError(f"tag must be str, bytes, int, float or None, not {kind.__name__}")
+            raise TypeError(f"{name} must be str, bytes, int, float or None, not {kind.__name__}")
         kind = type(tag)
     if kind is float:
         if tag != tag:
-            raise ValueError("tag must not be NaN: SQLite stores it as NULL, which evict never finds")
+            raise ValueError(f"{name} must not be NaN: SQLite stores it as NULL, which evict never finds")
     else:
-        check_bindable("tag", tag)
+        check_bindable(name, tag)
     return tag
+
+
+MAX_TAGS = 64  # tags on one item, its first tag included (docs/tags.rst)
+
+
+def check_tags(tag: Any, tags: Any) -> tuple[Any, tuple[Any, ...]]:
+    """An item's tags, ``{tag} | set(tags)``, checked: its first tag (the Cache table's ``tag``
+    column, where python-diskcache reads it: `tag`, else the first of `tags`) and the others,
+    each once (equal by SQLite's rule, which Python's ``==`` and hash agree with for these types).
+
+    Raises TypeError for a tag of another type (None among `tags` too, and a str or bytes given
+    as `tags`: an iterable of its characters is never meant), ValueError for a value SQLite
+    cannot store or more than MAX_TAGS tags — before anything is stored.
+    """
+    first = None if tag is None else check_tag(tag)
+    if tags is None:
+        return first, ()
+    if isinstance(tags, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"tags must be an iterable of tags, not a single {type(tags).__name__}")
+    try:
+        items = iter(tags)
+    except TypeError:
+        raise TypeError(f"tags must be an iterable of tags, not {type(tags).__name__}") from None
+    seen: dict[Any, None] = {} if first is None else {first: None}
+    for item in items:
+        if item is None:
+            raise TypeError("tags must not contain None (an item without tags: tags=None or ())")
+        seen[check_tag(item, "tags")] = None
+        if len(seen) > MAX_TAGS:
+            raise ValueError(f"tags: at most {MAX_TAGS} tags per item (tag included)")
+    ordered = tuple(seen)
+    if not ordered:
+        return None, ()
+    return ordered[0], ordered[1:]
 
 
 def shape(value: Any, expire_time: Any, tag: Any, want_expire: bool, want_tag: bool) -> Any:

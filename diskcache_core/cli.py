@@ -185,8 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("key", metavar="KEY", help="the key (text, unless --key-type says otherwise)")
     _add_typed(delete, "key", "key")
     command("expire", "remove expired items")
-    evict = command("evict", "remove every item tagged TAG")
-    evict.add_argument("tag", metavar="TAG", help="the tag (text, unless --tag-type says otherwise)")
+    evict = command("evict", "remove every item carrying TAG (several: any of them, in one"
+                    " transaction per shard)")
+    evict.add_argument("tags", metavar="TAG", nargs="*",
+                       help="the tag (text, unless --tag-type says otherwise)")
+    evict.add_argument("--tag", dest="more_tags", metavar="TAG", action="append", default=[],
+                       help="one more tag (repeatable)")
     _add_typed(evict, "tag", "tag")
     clear = command("clear", "remove every item (asks first unless --yes)")
     clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")

@@ -157,7 +157,8 @@ SIGNATURES = {
 }
 
 
-# python-diskcache's FanoutCache differs from its Cache here; it has no queue methods or iterkeys.
+# python-diskcache's FanoutCache differs from its Cache here; it has no queue methods or iterkeys
+# (ours has iterkeys: keys by tag over the shards).
 FANOUT_SIGNATURES = {
     **SIGNATURES,
     '__init__': [('directory', None), ('shards', 8), ('timeout', 0.010), ('disk', None)],
@@ -168,7 +169,7 @@ FANOUT_SIGNATURES = {
     # python-diskcache's FanoutCache.read(key) always waits for a busy shard; ours may be told not to.
     'read': [('key',), ('retry', True)],
 }
-for _name in ('push', 'pull', 'peek', 'peekitem', 'iterkeys'):
+for _name in ('push', 'pull', 'peek', 'peekitem'):  # (iterkeys: ours has it, for tag=, issue 37)
     del FANOUT_SIGNATURES[_name]
 
 

@@ -31,7 +31,7 @@ import functools
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -97,15 +97,15 @@ class SyncData(Protocol):
 
     def get(
         self, key: Any, default: Any = None, read: bool = False, expire_time: bool = False,
-        tag: bool = False, retry: bool = False, store_time: bool = False,
+        tag: bool = False, retry: bool = False, store_time: bool = False, *, tags: bool = False,
     ) -> Any: ...
     def set(
         self, key: Any, value: Any, expire: float | None = None, read: bool = False,
-        tag: Any = None, retry: bool = False,
+        tag: Any = None, retry: bool = False, *, tags: Any = None,
     ) -> bool: ...
     def add(
         self, key: Any, value: Any, expire: float | None = None, read: bool = False,
-        tag: Any = None, retry: bool = False,
+        tag: Any = None, retry: bool = False, *, tags: Any = None,
     ) -> bool: ...
     def delete(self, key: Any, retry: bool = False) -> bool: ...
     def pop(
@@ -123,6 +123,7 @@ class SyncData(Protocol):
     def __contains__(self, key: Any) -> bool: ...
     def expire(self, *args: Any, **kwargs: Any) -> int: ...  # FanoutCache's takes retry first
     def evict(self, tag: Any, retry: bool = False) -> int: ...
+    def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int: ...
     def clear(self, retry: bool = False) -> int: ...
     def cull(self, retry: bool = False) -> int: ...
     def check(self, fix: bool = False, retry: bool = False) -> list[warnings.WarningMessage]: ...
@@ -162,24 +163,28 @@ class AsyncDataMixin:
     async def aget(
         self: SyncData, key: Any, default: Any = None, read: bool = False,
         expire_time: bool = False, tag: bool = False, retry: bool = False,
-        store_time: bool = False,
+        store_time: bool = False, *, tags: bool = False,
     ) -> Any:
         """Awaitable `get`."""
+        if tags:
+            return await run_sync(
+                self.get, key, default, read, expire_time, tag, retry, store_time, tags=True
+            )
         return await run_sync(self.get, key, default, read, expire_time, tag, retry, store_time)
 
     async def aset(
         self: SyncData, key: Any, value: Any, expire: float | None = None, read: bool = False,
-        tag: Any = None, retry: bool = False,
+        tag: Any = None, retry: bool = False, *, tags: Any = None,
     ) -> bool:
         """Awaitable `set`."""
-        return await run_sync(self.set, key, value, expire, read, tag, retry)
+        return await run_sync(self.set, key, value, expire, read, tag, retry, tags=tags)
 
     async def aadd(
         self: SyncData, key: Any, value: Any, expire: float | None = None, read: bool = False,
-        tag: Any = None, retry: bool = False,
+        tag: Any = None, retry: bool = False, *, tags: Any = None,
     ) -> bool:
         """Awaitable `add`."""
-        return await run_sync(self.add, key, value, expire, read, tag, retry)
+        return await run_sync(self.add, key, value, expire, read, tag, retry, tags=tags)
 
     async def adelete(self: SyncData, key: Any, retry: bool = False) -> bool:
         """Awaitable `delete`."""
@@ -227,6 +232,10 @@ class AsyncDataMixin:
     async def aevict(self: SyncData, tag: Any, retry: bool = False) -> int:
         """Awaitable `evict`."""
         return await run_sync(self.evict, tag, retry)
+
+    async def aevict_tags(self: SyncData, tags: Iterable[Any], retry: bool = False) -> int:
+        """Awaitable `evict_tags`."""
+        return await run_sync(self.evict_tags, tags, retry)
 
     async def aclear(self: SyncData, retry: bool = False) -> int:
         """Awaitable `clear`."""

@@ -1,6 +1,6 @@
 """CacheBase: a cache directory's parts, composed — opening, settings, administration.
 
-`Cache` (the facade, _cache.py) is this plus the item API. Here: the parts are made (see
+`Cache` (the facade, _cache/cache.py) is this plus the item API. Here: the parts are made (see
 ARCHITECTURE.md): the `Store` (the SQLite database: connections, statements, transactions, the
 after-commit hook), the `MemoryTier` (this process's map of recent items and the protocol that
 keeps it exact across processes), the `Evictor` (limits, culling, expiry, bookkeeping), the
@@ -32,6 +32,7 @@ from .._store.opening import open_database
 from .._remote.stamps import REMOTE_FILE
 from .._reprs import opened_as
 from .queue import Queues
+from .tags import ItemTags
 from .._settings import (
     CODE_ONLY_SETTINGS,
     MEMORY_DEFAULTS,
@@ -114,9 +115,10 @@ class CacheBase:
         # With the standard store and fetch, a value file must be as long as its row says.
         self._sized_files = self._native_numbers
         self._queues = Queues(self._store, opened.disk, self._sized_files)
+        self._tags = ItemTags(self._store, opened.disk)
         self._memory: MemoryTier | None = None
         # What Cache.get looks up first: the memory tier, or None while it is off or while a
-        # sampled tier (_memory.py, "Sampling") is skipped.
+        # sampled tier (_memory/tier.py, "Sampling") is skipped.
         self._lookups: MemoryTier | None = None
         # With a remote (Redis holds the items): the tier every item operation goes through.
         self._remote: RemoteTier | None = None
@@ -245,7 +247,7 @@ class CacheBase:
         """Drop the tag index."""
         self.reset("tag_index", 0)
 
-    # --- the memory tier (per object and process; see _memory.py) --------------------------
+    # --- the memory tier (per object and process; see _memory/tier.py) --------------------------
 
     def _configure_memory(self) -> None:
         limits = {**MEMORY_DEFAULTS, **self._code_only}
@@ -331,7 +333,7 @@ class CacheBase:
         """Disk used for serialization."""
         return self._disk
 
-    # --- queues (see _queue.py) -----------------------------------------------------------------
+    # --- queues (see _cache/queue.py) -----------------------------------------------------------
 
     def push(
         self,
@@ -387,17 +389,11 @@ class CacheBase:
             self._remote.unsupported("peekitem()")
         return self._queues.peekitem(last, expire_time, tag, retry)
 
-    # --- removals and limits (see _eviction.py) -------------------------------------------------
+    # --- removals and limits (see _eviction/evictor.py) -----------------------------------------
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
         return self._evictor.expire(now, retry)
-
-    def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag`; return how many (with a remote: from Redis)."""
-        if self._remote is not None:
-            return self._remote.evict(tag)
-        return self._evictor.evict(tag, retry)
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many (with a remote: from Redis, under the prefix;

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from .._store import schema as sql
 from .._arguments import (
-    check_bindable, check_key, check_tag, expire_at, put_key, shape, shape_stored,
+    check_bindable, check_key, check_tag, check_tags, expire_at, put_key, shape, shape_stored,
 )
 from .awaitable import AsyncCacheMixin
 from .base import CacheBase
@@ -28,6 +28,7 @@ from .getforms import typed_get
 from .counters import check_delta, increment
 from .iteration import KeyIteration
 from .metrics import Observed
+from .tags import TagOperations
 from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
 from .._memory.tier import ABSENT
@@ -70,7 +71,7 @@ def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> b
     return True
 
 
-class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
+class Cache(CacheBase, KeyIteration, TagOperations, AsyncCacheMixin, Observed):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
@@ -81,7 +82,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
     def memoize(
         self, name: str | Callable[..., Any] | None = None, typed: bool = False,
         expire: float | None = None, tag: Any = None, ignore: Any = (), *, key: Any = None,
-        should_cache: Any = None,
+        should_cache: Any = None, tags: Any = None,
     ) -> Any:
         """Decorator: remember the function's results in this cache, keyed by its arguments.
 
@@ -90,7 +91,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         stores them. One implementation for every cache type:
         all options are described in :doc:`memoize`.
         """
-        return _memoize(self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache)
+        return _memoize(
+            self, name, typed, expire, tag, ignore, key=key, should_cache=should_cache, tags=tags
+        )
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -104,6 +107,8 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         tag: bool = False,
         retry: bool = False,
         store_time: bool = False,
+        *,
+        tags: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` when it is missing or expired.
 
@@ -116,12 +121,16 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
             the expire time and tag asked for; None for a missing key), as diskcache-community
             does. Under eviction policies other than least-recently-stored an overwrite keeps
             the first store time (:doc:`migrating`).
+        :param tags: also return the item's tags as a frozenset, last in the tuple (an empty
+            one for a missing key); read with the value in one statement (:doc:`tags`)
         """
+        if tags:
+            return self._get_tagged(key, default, read, expire_time, tag, retry, store_time)
         if self._remote is not None:
             if store_time:
                 raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
             return self._remote.get(key, default, read, expire_time, tag)
-        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
+        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory/tier.py)
         refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
         plain = False  # the key is its own database key (the standard Disk's str and bytes)
         if memory is None:
@@ -315,14 +324,18 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         read: bool = False,
         tag: Any = None,
         retry: bool = False,
+        *,
+        tags: Any = None,
     ) -> bool:
         """Store `value` under `key`; return True.
 
         :param expire: seconds until the item expires (None: never)
         :param read: `value` is a binary file object to stream into a value file
         :param tag: str/bytes/number to group items for `evict`
+        :param tags: more tags (an iterable of them); the item's tags are ``{tag} | set(tags)``,
+            replacing those it had (:doc:`tags`)
         """
-        return self._store_item(sql.UPSERT, key, value, expire, read, tag, retry)
+        return self._store_item(sql.UPSERT, key, value, expire, read, tag, retry, tags)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """Store `value` under `key`, retrying on timeout."""
@@ -336,21 +349,30 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         read: bool = False,
         tag: Any = None,
         retry: bool = False,
+        *,
+        tags: Any = None,
     ) -> bool:
-        """Store `value` only if `key` is missing (or expired); atomic. True when stored."""
-        return self._store_item(sql.ADD, key, value, expire, read, tag, retry)
+        """Store `value` only if `key` is missing (or expired); atomic. True when stored.
+        `tags` as in `set`."""
+        return self._store_item(sql.ADD, key, value, expire, read, tag, retry, tags)
 
     def _store_item(
-        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool,
+        tags: Any = None,
     ) -> bool:
         """set and add: check, serialize (a large value to a file first), write, keep in memory."""
+        extras: tuple[Any, ...] = ()
+        if tags is not None:  # (checked first: nothing is stored with a bad tag, invariant 6)
+            tag, extras = check_tags(tag, tags)
         if self._remote is not None:
+            if extras:
+                raise RemoteUnsupportedError("tags= on a cache with a remote")
             return self._remote.store_item(statement, key, value, expire, read, tag)
         now = time.time()
         disk = self._disk
         db_key, raw = put_key(disk, key)  # checked before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
-        if tag is not None:
+        if tag is not None and tags is None:
             tag = check_tag(tag)
         size, mode, filename, db_value = _serialize(self._store, disk, value, read, key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
@@ -370,10 +392,17 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         if evictor.read_counts:  # least-frequently-used: the check spares the key (see there)
             evictor.writing.key = (db_key, raw)
         try:
-            count, published = store.write(
-                statement, params, retry, filename,
-                charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
-            )
+            if extras:  # the row and its extra tags in one transaction (_cache.tags)
+                count, published = self._tags.write(
+                    statement, params, retry, filename,
+                    charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
+                    db_key, raw, extras,
+                )
+            else:
+                count, published = store.write(
+                    statement, params, retry, filename,
+                    charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
+                )
         except BaseException as exc:
             if refresh:
                 evictor.undo_write(db_key, raw, before)

@@ -2,12 +2,13 @@
 
 Reports (as warnings, returned in a list) a failed SQLite integrity check, damaged rows (see
 `_rows`), rows naming a missing, wrong-sized or unsafe value file, files, symbolic links and
-directories no row accounts for, and a stored size or item count that differs from the rows.
+directories no row accounts for, a stored size or item count that differs from the rows, and
+tag entries that name no item.
 With `fix` it repairs each (a damaged row is dropped, with its value file).
 
 What a repair may touch: a row whose name is not a value file's (the database, its journals, the
 version or layout file, ``..``, an absolute path, a path through a link; see
-``_valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
+``_disk.valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
 removed themselves, never followed, and never their targets. The database files and the layout
 file are never removed, and a subdirectory holding its own ``cache.db`` (another cache, such as a
 FanoutCache shard) is not swept.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from .._disk import valuefiles as _valuefiles
 from .._store import reaper as _reaper
 from .._store import schema as sql
+from .._store import tags as tsql
 from .._store.connections import FetchedRows
 from .._errors import EmptyDirWarning, ReadOnlyError, UnknownFileWarning, UnsafeValueFileError
 from .._log import CHECK as _LOG
@@ -92,6 +94,7 @@ def check_cache(
                         _drop_row(state, rowid, keep_file=False)
             _Sweep(named, sql.LAYOUT_FILE, fix).run(real_directory)
             _check_counters(state, fix)
+            _check_tag_entries(state, fix)
         if fix:  # last: rewriting the database needs room, which removing unknown files may free
             store.write(sql.VACUUM, (), retry)
     _log_found(directory, found, fix)
@@ -163,6 +166,27 @@ def _check_counters(state: Any, fix: bool) -> None:
             continue
         if fix:
             state.execute(sql.STORE_SETTING, (name, expected.get(name, 0)))
+
+
+def _check_tag_entries(state: Any, fix: bool) -> None:
+    """The tag table (``_store.tags``), where there is one: an entry must name an item (the
+    triggers remove an item's entries with it; one written around them points nowhere), and
+    the triggers must be there; with `fix`, dangling entries go and the triggers are made."""
+    if not state.execute(tsql.TAG_TABLE_EXISTS).fetchall():
+        return
+    orphans = state.execute(tsql.ORPHAN_TAGS).fetchall()
+    for tag, item in orphans[:10]:
+        warnings.warn(f"tag entry {tag!r} names no item (rowid {item})", stacklevel=3)
+    if len(orphans) > 10:
+        warnings.warn(f"{len(orphans) - 10} more tag entries name no item", stacklevel=3)
+    names = {name for (name,) in state.execute(tsql.SELECT_TAG_TRIGGERS).fetchall()}
+    missing = sorted(set(tsql.TAG_TRIGGERS) - names)
+    if missing:
+        warnings.warn(f"tag table triggers missing: {', '.join(missing)}", stacklevel=3)
+    if fix and (orphans or missing):
+        for statement in tsql.CREATE_TAG_SCHEMA:
+            state.execute(statement)
+        state.execute(tsql.DELETE_ORPHAN_TAGS)
 
 
 def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMessage]:

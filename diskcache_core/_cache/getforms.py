@@ -1,5 +1,6 @@
 """The result shapes of ``get`` for type checkers: ``value``, ``(value, expire_time)``,
-``(value, tag)``, ``(value, expire_time, tag)``, each with ``store_time`` last when asked.
+``(value, tag)``, ``(value, expire_time, tag)``, each with ``store_time`` after them when asked,
+and the item's tags (a frozenset) last with ``tags=True``.
 
 `typed_get` and `typed_aget` give a method these overloaded signatures and return it
 unchanged: nothing is added to a call at run time (the hot path stays as written).
@@ -24,46 +25,59 @@ class GetForms(Protocol):
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[False] = ...,
+        *, tags: Literal[False] = ...,
     ) -> Any: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Time]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         *, tag: Literal[True], retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Any]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[True], retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Time, Any]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         tag: Literal[False] = ..., retry: bool = ..., *, store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Time]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Time, Time]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         *, tag: Literal[True], retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Any, Time]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[True], retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> tuple[Any, Time, Any, Time]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: bool = ...,
-        tag: bool = ..., retry: bool = ..., store_time: bool = ...,
+        tag: bool = ..., retry: bool = ..., store_time: bool = ..., *, tags: Literal[True],
+    ) -> tuple[Any, ...]: ...
+    @overload
+    def __call__(
+        self, key: Any, default: Any = ..., read: bool = ..., expire_time: bool = ...,
+        tag: bool = ..., retry: bool = ..., store_time: bool = ..., *, tags: bool = ...,
     ) -> Any: ...
 
 
@@ -74,46 +88,59 @@ class AsyncGetForms(Protocol):
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[False] = ...,
+        *, tags: Literal[False] = ...,
     ) -> _Co[Any]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Time]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         *, tag: Literal[True], retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Any]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[True], retry: bool = ..., store_time: Literal[False] = ...,
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Time, Any]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         tag: Literal[False] = ..., retry: bool = ..., *, store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Time]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[False] = ..., retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Time, Time]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: Literal[False] = ...,
         *, tag: Literal[True], retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Any, Time]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., *, expire_time: Literal[True],
         tag: Literal[True], retry: bool = ..., store_time: Literal[True],
+        tags: Literal[False] = ...,
     ) -> _Co[tuple[Any, Time, Any, Time]]: ...
     @overload
     def __call__(
         self, key: Any, default: Any = ..., read: bool = ..., expire_time: bool = ...,
-        tag: bool = ..., retry: bool = ..., store_time: bool = ...,
+        tag: bool = ..., retry: bool = ..., store_time: bool = ..., *, tags: Literal[True],
+    ) -> _Co[tuple[Any, ...]]: ...
+    @overload
+    def __call__(
+        self, key: Any, default: Any = ..., read: bool = ..., expire_time: bool = ...,
+        tag: bool = ..., retry: bool = ..., store_time: bool = ..., *, tags: bool = ...,
     ) -> _Co[Any]: ...
 
 

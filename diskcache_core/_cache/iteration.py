@@ -15,6 +15,7 @@ from .._store.store import Store
 
 if TYPE_CHECKING:
     from .._remote.tier import RemoteTier
+    from .tags import ItemTags
 
 __all__ = ["KeyIteration", "keys_by_rowid", "keys_in_order", "tagged_keys"]
 
@@ -70,18 +71,23 @@ class KeyIteration:
     _store: Store
     _disk: Disk
     _remote: RemoteTier | None  # iteration is not offered over a remote's items
+    _tags: ItemTags
 
     def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
         """Iterate keys in database sort order (by type, then value), expired ones included.
 
-        With `tag`, only the keys stored with that tag (``tag=None``: with none), in insertion
-        order, read through the tag index where there is one (``tag_index``); no value is read.
+        With `tag`, only the keys carrying that tag among their tags (``tag=None``: with none),
+        in insertion order, read through the tag table's index and the tag index where there is
+        one (``tag_index``); no value is read.
         """
         if self._remote is not None:
             self._remote.unsupported("iterkeys()")
         if tag is ENOVAL:
             return keys_in_order(self._store, self._disk, reverse)
-        return tagged_keys(self._store, self._disk, check_tag(tag), reverse)
+        tag = check_tag(tag)
+        if tag is not None and self._tags.table():  # some item has extra tags
+            return self._tags.keys(tag, reverse)
+        return tagged_keys(self._store, self._disk, tag, reverse)
 
     def __iter__(self) -> Iterator[Any]:
         """Iterate keys in insertion order, expired items included."""

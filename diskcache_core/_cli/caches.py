@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from .._cache.cache import Cache
 from .._store.dbfile import in_wal_mode
+from .._store.tags import TAG_TABLE_EXISTS
 from .._disk.disk import ENOVAL, Disk
 from .._errors import DatabaseError, DiskCacheError, is_busy
 from .._disk.safedisk import SafeDisk
@@ -46,6 +47,17 @@ CLI_LIST_KEYS = (
 CLI_LIST_TAGGED_KEYS = (
     "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE tag = ? AND rowid > ?"
     " AND (? OR expire_time IS NULL OR expire_time > ?) ORDER BY rowid LIMIT ?"
+)
+# keys --tag where some item has extra tags (the tag table, _store.tags): the items whose first
+# or extra tag it is, a page of each side through its index, merged in rowid order.
+CLI_LIST_ANY_TAGGED_KEYS = (
+    "SELECT rowid, store_time, key, raw, expire_time, tag FROM Cache WHERE rowid IN ("
+    "SELECT item FROM (SELECT rowid AS item FROM Cache WHERE tag = ?1 AND rowid > ?2"
+    " AND (?3 OR expire_time IS NULL OR expire_time > ?4) ORDER BY rowid LIMIT ?5)"
+    " UNION SELECT item FROM (SELECT t.item AS item FROM CacheTag AS t JOIN Cache AS c"
+    " ON c.rowid = t.item WHERE t.tag = ?1 AND t.item > ?2"
+    " AND (?3 OR c.expire_time IS NULL OR c.expire_time > ?4) ORDER BY t.item LIMIT ?5))"
+    " ORDER BY rowid LIMIT ?5"
 )
 CLI_COUNT_EXPIRED = (
     "SELECT COUNT(*) FROM Cache WHERE expire_time IS NOT NULL AND expire_time < ?"
@@ -245,12 +257,15 @@ def _shard_rows(shard: Cache, number: int, tag: Any, include_expired: bool) -> I
     so the merge keeps it in its place."""
     last = 0
     previous_time = 0.0
+    tagged = CLI_LIST_TAGGED_KEYS
+    if tag is not ENOVAL and tag is not None and rows(shard, TAG_TABLE_EXISTS):
+        tagged = CLI_LIST_ANY_TAGGED_KEYS  # some item has extra tags
     while True:
         now = time.time()
         if tag is ENOVAL:
             page = rows(shard, CLI_LIST_KEYS, (last, include_expired, now, _PAGE))
         else:
-            page = rows(shard, CLI_LIST_TAGGED_KEYS, (tag, last, include_expired, now, _PAGE))
+            page = rows(shard, tagged, (tag, last, include_expired, now, _PAGE))
         if not page:
             return
         for rowid, store_time, db_key, raw, expire_time, item_tag in page:

@@ -303,11 +303,22 @@ def cmd_expire(args: argparse.Namespace, shards: list[Cache], out: Output) -> in
 
 
 def cmd_evict(args: argparse.Namespace, shards: list[Cache], out: Output) -> int:
-    """Remove the items tagged TAG."""
-    tag = parse_typed(args.tag, args.tag_type, "tag")
-    removed = _each_shard(shards, "evict", lambda shard: shard.evict(tag))
+    """Remove the items carrying TAG; with several tags, those carrying any (evict_tags)."""
+    texts = [*args.tags, *args.more_tags]
+    if not texts:
+        raise CommandError("evict needs a TAG", EXIT_USAGE)
+    tags = [parse_typed(text, args.tag_type, "tag") for text in texts]
+    if len(tags) == 1:
+        (tag,) = tags
+        removed = _each_shard(shards, "evict", lambda shard: shard.evict(tag))
+        return _report_removed(
+            out, removed, {"tag": tagged(tag)}, f"removed {{removed}} item(s) tagged {tag!r}"
+        )
+    removed = _each_shard(shards, "evict", lambda shard: shard.evict_tags(tags))
     return _report_removed(
-        out, removed, {"tag": tagged(tag)}, f"removed {{removed}} item(s) tagged {tag!r}"
+        out, removed, {"tags": [tagged(tag) for tag in tags]},
+        "removed {removed} item(s) tagged any of "
+        + ", ".join(map(repr, tags)).replace("{", "{{").replace("}", "}}"),
     )
 
 

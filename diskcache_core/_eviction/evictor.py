@@ -4,7 +4,7 @@ Bulk removals run in batches of `_BATCH` rows per transaction, so the write lock
 for long; a Timeout carries the count removed so far. The Store calls `check_size` once per
 `check_every` bytes written: it drops expired items first, then evicts by policy while the cache
 is over its size_limit (the overshoot per writing process is bounded by that interval). Reads
-and overwrites are noted in an `AccessLog` and written in batches (see _access.py), `_FLUSH_BATCH`
+and overwrites are noted in an `AccessLog` and written in batches (see _eviction/access.py), `_FLUSH_BATCH`
 keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes or drops the
 oldest part itself (`relieve`).
 """

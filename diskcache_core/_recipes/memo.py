@@ -3,7 +3,7 @@
 Each part is written once and shared by every decorator, every cache type and both kinds of
 function:
 
-- Keys: `make_key` (see _memokeys.py).
+- Keys: `make_key` (see _recipes/memokeys.py).
 - Procedures. A generator per strategy says *what* to do — look up, compute, store, sleep, start
   a background refresh — by yielding requests, and receives the results.
 - Drivers. `_drive` carries the requests out for a plain function (direct calls, ``time.sleep``,
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
-from .._arguments import check_expire, check_tag
+from .._arguments import check_expire, check_tag, check_tags
 from .._cache.awaitable import start_sync
 from .._disk.disk import ENOVAL
 from .._errors import FloatOverflowError, RemoteOutcomeUnknownError, Timeout
@@ -86,6 +86,7 @@ class MemoizeForms(Protocol):
         self, name: str | None = None, typed: bool = False, expire: float | None = None,
         tag: Any = None, ignore: Iterable[int | str] = (), *,
         key: Callable[..., Any] | None = None, should_cache: Callable[[Any], bool] | None = None,
+        tags: Iterable[Any] | None = None,
     ) -> MemoizeDecorator: ...
 
 
@@ -111,6 +112,7 @@ class _Memo:
         expire: float | None,
         tag: Any,
         should_cache: Callable[[Any], bool] | None,
+        tags: tuple[Any, ...] = (),
     ) -> None:
         self.cache = cache
         self.base = full_name(func) if name is None else name
@@ -119,6 +121,7 @@ class _Memo:
         self.key = key
         self.expire = expire
         self.tag = tag
+        self.tags = tags  # extra tags (checked): passed to set only when there are some
         self.should_cache = should_cache
 
     def cache_key(self, /, *args: Any, **kwargs: Any) -> str:
@@ -139,7 +142,10 @@ class _Memo:
         return functools.partial(self.cache.get, key, default=ENOVAL, retry=True)
 
     def store(self, key: str, value: Any) -> None:
-        self.cache.set(key, value, expire=self.expire, tag=self.tag, retry=True)
+        if self.tags:
+            self.cache.set(key, value, expire=self.expire, tag=self.tag, retry=True, tags=self.tags)
+        else:
+            self.cache.set(key, value, expire=self.expire, tag=self.tag, retry=True)
 
 
 def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: Any) -> None:
@@ -158,10 +164,15 @@ def _check_options(name: Any, typed: bool, ignore: Any, key: Any, should_cache: 
         raise TypeError("should_cache must be a callable taking the result")
 
 
-def _check_storage(expire: Any, tag: Any) -> None:
-    """`expire` and `tag` as ``set`` takes them: refused when decorating, not after a first call."""
+def _check_storage(expire: Any, tag: Any, tags: Any = None) -> tuple[Any, ...]:
+    """`expire`, `tag` and `tags` as ``set`` takes them: refused when decorating, not after a
+    first call. Returns the tags to store besides `tag` (a tuple, checked)."""
     check_expire(expire)
     check_tag(tag)
+    if tags is None:
+        return ()
+    first, extras = check_tags(tag, tags)
+    return extras if tag is not None else (first, *extras)
 
 
 # --- procedures --------------------------------------------------------------------------------
@@ -452,6 +463,7 @@ def memoize(
     *,
     key: Callable[..., Any] | None = None,
     should_cache: Callable[[Any], bool] | None = None,
+    tags: Iterable[Any] | None = None,
 ) -> Any:
     """Decorator: remember a function's results in `cache`, keyed by its arguments.
 
@@ -464,6 +476,7 @@ def memoize(
     :param typed: store arguments of different types separately (``f(3)`` vs ``f(3.0)``)
     :param expire: seconds results live (None: no expiry; 0: look up but never store)
     :param tag: tag of the stored results, for ``cache.evict(tag)``
+    :param tags: more tags of the stored results (as ``set``'s `tags`), for ``evict_tags``
     :param ignore: positions and keyword names left out of the key
     :param key: ``key(*args, **kwargs)`` returns the key part for a call, replacing the
         argument encoding (not combinable with `typed`/`ignore`)
@@ -474,12 +487,14 @@ def memoize(
     with the default options (python-diskcache raises ``TypeError('name cannot be callable')``).
     """
     if callable(name):
-        return memoize(cache, None, typed, expire, tag, ignore, key=key, should_cache=should_cache)(name)
+        return memoize(
+            cache, None, typed, expire, tag, ignore, key=key, should_cache=should_cache, tags=tags
+        )(name)
     _check_options(name, typed, ignore, key, should_cache)
-    _check_storage(expire, tag)
+    extra_tags = _check_storage(expire, tag, tags)
 
     def decorator(func: Callable[P, R]) -> Memoized[P, R]:
-        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache)
+        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache, extra_tags)
         return _wrap(func, memo, _memoize_steps)  # type: ignore[no-any-return]
 
     return decorator
@@ -512,6 +527,7 @@ def memoize_stampede(
     single_flight: bool = False,
     lock_expire: float = 60.0,
     wait_timeout: float | None = None,
+    tags: Iterable[Any] | None = None,
 ) -> MemoizeDecorator:
     """Decorator like `memoize`, protected against cache stampedes (many callers recomputing
     one expired or missing result at once).
@@ -534,7 +550,7 @@ def memoize_stampede(
     Other parameters as for `memoize`; `expire` is required (seconds, None for no expiry).
     """
     _check_options(name, typed, ignore, key, should_cache)
-    _check_storage(expire, tag)
+    extra_tags = _check_storage(expire, tag, tags)
     beta = _check_number("beta", beta)
     lock_expire = lease_seconds("lock_expire", lock_expire)  # the Lock's check, when decorating
     wait_timeout = None if wait_timeout is None else _check_number("wait_timeout", wait_timeout)
@@ -544,7 +560,7 @@ def memoize_stampede(
     )
 
     def decorator(func: Callable[P, R]) -> Memoized[P, R]:
-        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache)
+        memo = _Memo(cache, func, name, typed, ignore, key, expire, tag, should_cache, extra_tags)
         return _wrap(func, memo, procedure)  # type: ignore[no-any-return]
 
     return decorator

@@ -100,7 +100,7 @@ class ThreadState:
         # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
         self.new_value: Any = NO_VALUE
         # Memory-tier buckets bumped by the open transaction or statement: version-word index
-        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory.py).
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory/tier.py).
         self.versions: dict[int, int] = {}
         # Bytes written by the open transaction: counted towards the size check at its commit.
         self.charge = 0
@@ -293,7 +293,7 @@ class ConnectionPool:
         if self.words is LOST_WORDS or not self._intact():
             self.ensure_versions()
 
-    # --- a lost version file (see _mapwatch.py) -------------------------------------------------
+    # --- a lost version file (see _store/mapwatch.py) -------------------------------------------
 
     def _intact(self) -> bool:
         words, identity = self.words, self.words_identity
@@ -349,7 +349,7 @@ class ConnectionPool:
 
     def ensure_versions(self, wait: float | None = None) -> None:
         """Map the directory's version file anew after it was lost, every word renewed under
-        the database's write lock (`_versionfile.remap_versions`). `wait`: for the lock (None:
+        the database's write lock (`_store.versionfile.remap_versions`). `wait`: for the lock (None:
         the cache's timeout). Raises DatabaseError (or a storage error) when that cannot be
         done now; the words stay `LOST_WORDS` then."""
         if self.words is not LOST_WORDS and self._intact():

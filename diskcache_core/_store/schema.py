@@ -208,7 +208,8 @@ _INSERT = _INSERT_INTO + " VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
 # An overwrite stores its time as store_time (python-diskcache's set replaces the row) and leaves
 # access_time/access_count alone: moving the policy's index entry would double the statement's
 # cost; that refresh (and store_time's under least-recently-stored, where it is the index: see
-# _eviction.STORE_TIME_BATCHED) is recorded by the AccessLog and written in batches (_access.py).
+# _eviction.evictor.STORE_TIME_BATCHED) is recorded by the AccessLog and written in batches
+# (_eviction/access.py).
 _ON_CONFLICT_REPLACE = (
     " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time,"
     " expire_time = excluded.expire_time, tag = excluded.tag, size = excluded.size,"
@@ -494,7 +495,7 @@ RELEASE_TRIGGERS = (
 # Per connection (TEMP): every insert, every change to what a get returns (value, expiry) and
 # every delete calls VERSION_FUNCTION with the key (an insert: VERSION_INSERT_FUNCTION, which
 # also notes the insert, see Evictor.wrote), inside the statement, under the write lock; it bumps
-# the key's bucket in the memory tier's version file (see _memory.py). Not fired: the access-log
+# the key's bucket in the memory tier's version file (see _memory/tier.py). Not fired: the access-log
 # flush (store/access time, access count), which changes nothing a get returns. Never change a
 # row's key (DELETE and INSERT instead), never use INSERT OR REPLACE (the rows it deletes fire no
 # DELETE trigger while recursive_triggers is off).

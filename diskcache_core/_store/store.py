@@ -3,9 +3,9 @@ one after-commit hook.
 
 A write runs as one autocommit statement, or inside `transaction`. A write that finds the write
 lock taken waits for it in `wait_for_lock` (woken by the lock handoff where the platform has one,
-see _handoff.py; SQLite's busy handler waits otherwise). When its transaction has
+see _store/handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
-bumped (the triggers record them in ``state.versions``; see _memory.py), hand the value files
+bumped (the triggers record them in ``state.versions``; see _memory/tier.py), hand the value files
 it released to the reaper (only once committed, invariant 2 — never after a rollback), and
 count the bytes it wrote towards the next size check (`size_check`, the eviction part's).
 """
@@ -88,7 +88,7 @@ class Store:
         self.names_reused = type(disk).filename is not Disk.filename
         self.local: threading.local = pool.local
         self.path = pool.path
-        # Whether the checkpoint thread knows of a commit since its last round (_checkpointer.py).
+        # Whether the checkpoint thread knows of a commit since its last round (_store/checkpointer.py).
         self.wal_noted = False
         self.wal_bytes = 0  # bytes committed since its last checkpoint, roughly
         self.free_pages_left = False  # the checkpoint thread has free pages to return
@@ -170,7 +170,7 @@ class Store:
             state: ThreadState = self.local.state  # inline: the hot path
         except AttributeError:
             state = self._state_for(retry, new_file)
-        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _mapwatch.py)
+        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _store/mapwatch.py)
             self._recover_versions(state, new_file)
         if state.depth:
             self._check_joinable(state, new_file)

@@ -1,8 +1,8 @@
 """The memory tier's version file: the words every process of a cache directory shares.
 
 ``cache.db-versions`` holds a header and, for each of `BUCKETS` key-hash buckets, two 64-bit
-words (``pre`` and ``post``; what they mean is the protocol in _memory.py); header words 2 and 3
-belong to the lock handoff (_handoff.py). It is mapped shared
+words (``pre`` and ``post``; what they mean is the protocol in _memory/tier.py); header words 2 and 3
+belong to the lock handoff (_store/handoff.py). It is mapped shared
 and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
 a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
 
@@ -42,7 +42,7 @@ __all__ = [
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
 _MAGIC = b"DCMEMV1\0"
-HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words (_handoff.py),
+HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words (_store/handoff.py),
 # then reserved (zero). Only the first two identify the layout: the others change while in use.
 _IDENTITY = struct.pack("<8sQ", _MAGIC, BUCKETS)
 FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)

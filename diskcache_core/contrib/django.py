@@ -56,7 +56,7 @@ from django.core.cache.backends.base import (
 )
 
 from .. import ENOVAL, Cache, CacheMetrics, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
-from .._arguments import float_seconds
+from .._arguments import check_tags, float_seconds
 from .._cache.awaitable import run_sync
 from .._recipes.memo import MemoizeDecorator, Memoized
 from .._recipes.memo import memoize as _memoize
@@ -199,16 +199,19 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         read: bool = False,
         tag: Any = None,
         retry: bool = True,
+        *,
+        tags: Any = None,
     ) -> bool:
         """Store `value` only if `key` is missing or expired; True when stored. Atomic. Room
-        (MAX_ENTRIES) is made for a missing key only: a cull could remove the key itself."""
+        (MAX_ENTRIES) is made for a missing key only: a cull could remove the key itself.
+        `tags`: the item's tags besides `tag` (``Cache.set``)."""
         key = self.make_and_validate_key(key, version=version)
         if self._entry.limit.max_entries is not None:
             if key in self._fanout:
                 return False
             self._entry.limit.make_room(self._fanout)
         try:
-            return self._fanout.add(key, value, self._expire(timeout), read, tag, retry)
+            return self._fanout.add(key, value, self._expire(timeout), read, tag, retry, tags=tags)
         except ItemTooLargeError:
             return False
 
@@ -222,10 +225,29 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         tag: bool = False,
         retry: bool = False,
         store_time: bool = False,
+        *,
+        tags: bool = False,
     ) -> Any:
-        """The value of `key`, or `default`; with `expire_time`/`tag`/`store_time`, a tuple."""
+        """The value of `key`, or `default`; with `expire_time`/`tag`/`store_time`/`tags`, a
+        tuple (`tags`: the item's tags, a frozenset, last)."""
         key = self.make_and_validate_key(key, version=version)
+        if tags:
+            return self._fanout.get(key, default, read, expire_time, tag, retry, store_time, tags=True)
         return self._fanout.get(key, default, read, expire_time, tag, retry, store_time)
+
+    def get_or_set(
+        self, key: str, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
+        *, tags: Any = None,
+    ) -> Any:
+        """Django's `get_or_set`: the value of `key`, else `default` (called if callable) added
+        with `tags` and read back (another writer's value, if it added first)."""
+        value = self.get(key, ENOVAL, version=version)
+        if value is not ENOVAL:
+            return value
+        if callable(default):
+            default = default()
+        self.add(key, default, timeout=timeout, version=version, tags=tags)
+        return self.get(key, default, version=version)
 
     def set(
         self,
@@ -236,6 +258,8 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         read: bool = False,
         tag: Any = None,
         retry: bool = True,
+        *,
+        tags: Any = None,
     ) -> bool:
         """Store `value` under `key`; True, or False when its shard stayed busy (retry=False)
         or the value is too large for it (not cached, no older value kept; no error: Django's
@@ -243,7 +267,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         key = self.make_and_validate_key(key, version=version)
         self._entry.limit.make_room(self._fanout)
         try:
-            return self._fanout.set(key, value, self._expire(timeout), read, tag, retry)
+            return self._fanout.set(key, value, self._expire(timeout), read, tag, retry, tags=tags)
         except ItemTooLargeError:
             self._fanout.delete(key, retry)
             return False
@@ -314,17 +338,22 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         timeout: Any = DEFAULT_TIMEOUT,
         version: int | None = None,
         retry: bool = True,
+        *,
+        tags: Any = None,
     ) -> list[str]:
         """Store every item, one transaction per shard; return the keys that were not stored.
+        `tags`: the tags of every item (``Cache.set``).
 
         With the default ``retry=True`` every item is stored (the list is empty) but a value
         too large for its shard (see `set`); with ``retry=False`` a shard that stays busy past
         DATABASE_TIMEOUT stores none of its items, and their keys are returned. With
         MAX_ENTRIES, each item is set in turn, making room as Django's own backends do.
         """
+        if tags is not None:
+            check_tags(None, tags)  # a bad tag stores nothing (else some shards would commit)
         if self._entry.limit.max_entries is not None:  # room for each item, as Django's backends
             return [key for key, value in data.items()  # make it: one set at a time
-                    if not self.set(key, value, timeout, version, retry=retry)]
+                    if not self.set(key, value, timeout, version, retry=retry, tags=tags)]
         expire = self._expire(timeout)
         made = [(self.make_and_validate_key(key, version=version), key, value)
                 for key, value in data.items()]
@@ -334,7 +363,7 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
                 with self._batch(shard, retry):
                     for made_key, key, value in items:
                         try:
-                            shard.set(made_key, value, expire, retry=retry)
+                            shard.set(made_key, value, expire, retry=retry, tags=tags)
                         except ItemTooLargeError:  # not cached, and no older value left
                             shard.delete(made_key, retry=retry)
                             failed.append(key)
@@ -420,8 +449,12 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         return self._fanout.expire(retry=True)
 
     def evict(self, tag: Any) -> int:
-        """Remove every item stored with `tag`; return how many."""
+        """Remove every item carrying `tag`; return how many."""
         return self._fanout.evict(tag, retry=True)
+
+    def evict_tags(self, tags: Iterable[Any]) -> int:
+        """Remove every item carrying any of `tags` (one transaction per shard); how many."""
+        return self._fanout.evict_tags(tags, retry=True)
 
     def cull(self) -> int:
         """Remove expired items, then evict by policy until within size_limit; return how many."""
@@ -498,22 +531,23 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
 
     async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
-                   retry: bool = True) -> bool:
+                   retry: bool = True, *, tags: Any = None) -> bool:
         """Awaitable `add`."""
-        return await run_sync(self.add, key, value, timeout, version, read, tag, retry)
+        return await run_sync(self.add, key, value, timeout, version, read, tag, retry, tags=tags)
 
     async def aget(self, key: str, default: Any = None, version: int | None = None,
                    read: bool = False, expire_time: bool = False, tag: bool = False,
-                   retry: bool = False, store_time: bool = False) -> Any:
+                   retry: bool = False, store_time: bool = False, *,
+                   tags: bool = False) -> Any:
         """Awaitable `get`."""
         return await run_sync(self.get, key, default, version, read, expire_time, tag, retry,
-                              store_time)
+                              store_time, tags=tags)
 
     async def aset(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
-                   retry: bool = True) -> bool:
+                   retry: bool = True, *, tags: Any = None) -> bool:
         """Awaitable `set`."""
-        return await run_sync(self.set, key, value, timeout, version, read, tag, retry)
+        return await run_sync(self.set, key, value, timeout, version, read, tag, retry, tags=tags)
 
     async def atouch(self, key: str, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None,
                      retry: bool = True) -> bool:
@@ -543,9 +577,14 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
         return await run_sync(self.get_many, keys, version)
 
     async def aset_many(self, data: dict[str, Any], timeout: Any = DEFAULT_TIMEOUT,
-                        version: int | None = None, retry: bool = True) -> list[str]:
+                        version: int | None = None, retry: bool = True, *,
+                        tags: Any = None) -> list[str]:
         """Awaitable `set_many`."""
-        return await run_sync(self.set_many, data, timeout, version, retry)
+        return await run_sync(self.set_many, data, timeout, version, retry, tags=tags)
+
+    async def aevict_tags(self, tags: Iterable[Any]) -> int:
+        """Awaitable `evict_tags`."""
+        return await run_sync(self.evict_tags, tags)
 
     async def adelete_many(self, keys: Iterable[str], version: int | None = None,
                            retry: bool = True) -> None:

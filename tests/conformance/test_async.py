@@ -20,7 +20,8 @@ from store_helpers import WriteLockHolder
 
 DATA_TWINS = {
     'aadd': 'add', 'acheck': 'check', 'aclear': 'clear', 'acontains': '__contains__',
-    'acull': 'cull', 'adecr': 'decr', 'adelete': 'delete', 'aevict': 'evict', 'aexpire': 'expire',
+    'acull': 'cull', 'adecr': 'decr', 'adelete': 'delete', 'aevict': 'evict',
+    'aevict_tags': 'evict_tags', 'aexpire': 'expire',
     'aget': 'get', 'aincr': 'incr', 'apop': 'pop', 'aread': 'read', 'aset': 'set',
     'astats': 'stats', 'atouch': 'touch', 'avolume': 'volume',
 }

@@ -158,3 +158,89 @@ def test_our_disks_compression_level_is_not_passed_to_python_diskcaches_disk(tmp
     peer = diskcache.Cache(directory)  # its Disk takes no compress_level: it must open
     peer.set("k", 1)
     peer.close()
+
+
+# --- many tags per item (issue 37, docs/tags.rst) -------------------------------------------------
+
+
+def _our_tags(directory):
+    """key -> the item's tags, as our cache reads them; and the dangling tag entries."""
+    with dc.Cache(directory, memory_size_limit=0) as ours:
+        found = {key: ours.get(key, tags=True)[1] for key in ours}
+        assert ours.check() == []  # no tag entry names a missing item; counters exact
+    return found
+
+
+def test_python_diskcache_reads_and_writes_a_directory_with_many_tags(tmp_path):
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory, tag_index=True) as ours:
+        for number in range(12):
+            value = b"x" * 50_000 if number % 4 == 0 else number  # some in value files
+            ours.set(f"k{number}", value, tags=[f"first{number % 3}", "extra", f"n{number}"])
+    with diskcache.Cache(directory) as peer:
+        assert peer.get("k1", tag=True) == (1, "first1")  # the first tag where it reads it
+        assert peer.get("k4") == b"x" * 50_000
+        peer.set("k1", "peer", tag="peer-tag")  # its set replaces the item's tags
+        peer.set("k2", "peer")  # ... with none
+        peer.touch("k3", 100)  # (keeps them)
+        assert peer.incr("k5") == 6
+        assert peer.delete("k6")
+        assert peer.pop("k7") == 7
+        assert peer.evict("first0") == 3  # k0 k3 k9 (k6 is gone): its own column tag
+        peer.set("peer-new", 1, tag="extra")
+        assert peer.check() == []
+        assert len(peer) == 12 - 2 - 3 + 1
+    found = _our_tags(directory)
+    assert found["k1"] == frozenset({"peer-tag"})
+    assert found["k2"] == frozenset()
+    assert found["k5"] == frozenset({"first2", "extra", "n5"})
+    assert found["peer-new"] == frozenset({"extra"})
+    assert set(found) == {"k1", "k2", "k4", "k5", "k8", "k10", "k11", "peer-new"}
+    with dc.Cache(directory) as ours:
+        assert sorted(ours.iterkeys(tag="extra")) == ["k10", "k11", "k4", "k5", "k8", "peer-new"]
+        assert ours.evict_tags(["extra"]) == 6
+    with diskcache.Cache(directory) as peer:
+        peer.cull()
+        assert peer.clear() == 2
+        assert peer.check() == []
+    assert _our_tags(directory) == {}
+
+
+@pytest.mark.parametrize("first", ["peer", "ours"])
+def test_a_rolling_upgrade_with_many_tags_works_both_ways(tmp_path, first):
+    directory = str(tmp_path / "cache")
+    order = ["peer", "ours", "peer", "ours"] if first == "peer" else ["ours", "peer", "ours", "peer"]
+    expected = {}  # key -> tags, as our cache must read them at the end
+    for step, who in enumerate(order):
+        if who == "peer":
+            with diskcache.Cache(directory) as peer:
+                for key in expected:
+                    assert peer.get(key) == key
+                for number in range(5):
+                    key = f"{who}{step}-{number}"
+                    peer.set(key, key, tag=f"t{number % 2}")
+                    expected[key] = frozenset({f"t{number % 2}"})
+                overwritten = next((key for key, tags in expected.items() if len(tags) > 1), None)
+                if overwritten is not None:  # a peer set over an item of ours with many tags
+                    peer.set(overwritten, overwritten, tag="t0")
+                    expected[overwritten] = frozenset({"t0"})
+                assert peer.check() == []
+        else:
+            with dc.Cache(directory, memory_size_limit=0) as ours:
+                for key, tags in expected.items():
+                    assert ours.get(key, tags=True) == (key, tags)
+                for number in range(5):
+                    key = f"{who}{step}-{number}"
+                    ours.set(key, key, tags=[f"t{number % 2}", "many", f"{who}{step}"])
+                    expected[key] = frozenset({f"t{number % 2}", "many", f"{who}{step}"})
+                assert ours.check() == []
+    assert _our_tags(directory) == expected
+    with dc.Cache(directory) as ours:
+        many = {key for key, tags in expected.items() if "many" in tags}
+        assert set(ours.iterkeys(tag="many")) == many
+        assert ours.evict_tags(["many", "t1"]) == len(
+            {key for key, tags in expected.items() if tags & {"many", "t1"}}
+        )
+    with diskcache.Cache(directory) as peer:
+        assert peer.check() == []
+        assert sorted(peer) == sorted(k for k, t in expected.items() if not t & {"many", "t1"})

@@ -1,0 +1,235 @@
+"""``python -m benchmarks.tags``: the speed rows of many tags per item (issue 37, docs/tags.rst),
+side by side in one run, each as a ratio against its reference.
+
+Rows (each a median over ``--rounds`` rounds, the two sides of a ratio measured alternately so a
+noisy machine's drift hits both alike):
+
+- ``set, no tags``: ours against a baseline checkout of the library (``--baseline DIR``, e.g. a
+  ``git worktree`` of main: "today"), each in its own process with that tree first on the path;
+  and on a cache whose tag table exists (its retag trigger runs on each overwrite). Target ±3 %.
+- ``set, 3 tags`` against ``set, 1 tag`` (``tag=``). Target ≤ 1.5×.
+- ``evict_tags`` of a tag carried by 1,000 items, and ``iterkeys(tag=)`` of those keys, in a cache
+  of ``--small`` items against one of ``--large`` (10k and 1M by default). Target ≤ 2×: O(k log n).
+- ``evict(tag)`` with one tag per item, ours against python-diskcache 5.6.3 on the same data.
+  Target ≤ 1×.
+
+Results: a table on stdout and in ``tags.txt``, the figures in ``tags.json`` (``--output``). ``--quick`` is a smoke run (small
+sizes, few calls: no measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The set loop, run in a process of its own for each side (its tree first on the path).
+_SET_LOOP = """
+import json, sys, tempfile, time
+import diskcache_core as dc
+calls, keys, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+with tempfile.TemporaryDirectory() as directory:
+    cache = dc.Cache(directory, memory_size_limit=0, tag_index=True)
+    if mode == "table":  # a cache whose tag table exists: made by one write with two tags
+        cache.set("made", 0, tags=["x", "y"])
+    for index in range(keys):
+        cache.set(index, index)
+    kwargs = {"none": {}, "table": {}, "one": {"tag": "t0"},
+              "three": {"tags": ["t0", "t1", "t2"]}}[mode]
+    clock = time.perf_counter_ns
+    start = clock()
+    for index in range(calls):
+        cache.set(index % keys, index, **kwargs)
+    print(json.dumps((clock() - start) / calls))
+    cache.close()
+"""
+
+
+def _set_ns(tree: str, calls: int, keys: int, mode: str) -> float:
+    """Nanoseconds per set of `mode` with the library of `tree`."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run(
+        [sys.executable, "-c", _SET_LOOP, str(calls), str(keys), mode],
+        check=True, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(),
+    ).stdout
+    return float(json.loads(out))
+
+
+def _alternate(rounds: int, first: Callable[[], float], second: Callable[[], float]) -> tuple[float, float]:
+    """Medians of `first` and `second`, measured alternately (ABBA...)."""
+    a, b = [], []
+    for number in range(rounds):
+        if number % 2 == 0:
+            a.append(first())
+            b.append(second())
+        else:
+            b.append(second())
+            a.append(first())
+    return statistics.median(a), statistics.median(b)
+
+
+def _filled(
+    module: Any, directory: str, size: int, tagged: int, extra: bool, spread: bool = True
+) -> Any:
+    """A cache of `size` items, `tagged` of them carrying tag "hot" (as an extra tag with
+    `extra`: each item's first tag is then its own group), the rest "cold". The hot items are
+    spread evenly through the insertion order, or (not `spread`) the last ones written."""
+    cache = module.Cache(directory, tag_index=True)  # (python-diskcache's setting too)
+    step = max(1, size // tagged)
+    with cache.transact():
+        for index in range(size):
+            if spread:
+                hot = index % step == 0 and index // step < tagged
+            else:
+                hot = index >= size - tagged
+            if extra and module.__name__ == "diskcache_core":
+                cache.set(index, index, tag=f"group{index % 10}", tags=["hot" if hot else "cold"])
+            else:
+                cache.set(index, index, tag="hot" if hot else "cold")
+    return cache
+
+
+def _timed(operation: Callable[[], Any]) -> float:
+    start = time.perf_counter_ns()
+    operation()
+    return (time.perf_counter_ns() - start) / 1e6  # ms
+
+
+def _scaling(
+    scratch: str, small: int, large: int, tagged: int, rounds: int, spread: bool
+) -> dict[str, Any]:
+    """evict_tags and iterkeys(tag=) of `tagged` items among `small` and `large`."""
+    import diskcache_core
+
+    results: dict[str, Any] = {}
+    for size in (small, large):
+        directory = tempfile.mkdtemp(dir=scratch)
+        cache = _filled(diskcache_core, directory, size, tagged, extra=True, spread=spread)
+        iterations, evictions = [], []
+        for _ in range(rounds):
+            iterations.append(_timed(lambda: sum(1 for _ in cache.iterkeys(tag="hot"))))
+            keys = list(cache.iterkeys(tag="hot"))
+            evictions.append(_timed(lambda: cache.evict_tags(["hot"])))
+            with cache.transact():  # put them back for the next round
+                for key in keys:
+                    cache.set(key, key, tag=f"group{key % 10}", tags=["hot"])
+        cache.close()
+        results[str(size)] = {"evict_tags_ms": statistics.median(evictions),
+                              "iterkeys_ms": statistics.median(iterations)}
+    return results
+
+
+def _evict_against_peer(scratch: str, size: int, tagged: int, rounds: int) -> tuple[float, float] | None:
+    """evict(tag) with one tag per item: ours and python-diskcache's, in ms."""
+    try:
+        import diskcache
+    except ImportError:
+        return None
+    import diskcache_core
+
+    def measure(module: Any) -> float:
+        directory = tempfile.mkdtemp(dir=scratch)
+        cache = _filled(module, directory, size, tagged, extra=False)
+        took = _timed(lambda: cache.evict("hot"))
+        cache.close()
+        return took
+
+    return _alternate(rounds, lambda: measure(diskcache_core), lambda: measure(diskcache))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every row; the figures as a JSON-ready dict."""
+    os.makedirs(args.scratch, exist_ok=True)
+    calls, keys = args.calls, 1000
+    rows: dict[str, Any] = {"parameters": vars(args).copy()}
+    if args.baseline:
+        ours, today = _alternate(args.rounds, lambda: _set_ns(ROOT, calls, keys, "none"),
+                                 lambda: _set_ns(args.baseline, calls, keys, "none"))
+        rows["set_no_tags_vs_today"] = {"ours_ns": ours, "today_ns": today, "ratio": ours / today}
+    none, table = _alternate(args.rounds, lambda: _set_ns(ROOT, calls, keys, "none"),
+                             lambda: _set_ns(ROOT, calls, keys, "table"))
+    rows["set_no_tags_table_vs_none"] = {"no_table_ns": none, "table_ns": table, "ratio": table / none}
+    one, three = _alternate(args.rounds, lambda: _set_ns(ROOT, calls, keys, "one"),
+                            lambda: _set_ns(ROOT, calls, keys, "three"))
+    rows["set_three_tags_vs_one"] = {"one_ns": one, "three_ns": three, "ratio": three / one}
+    for name, spread in (("evict_tags_large_vs_small", True),
+                         ("evict_tags_large_vs_small_clustered", False)):
+        scaling = _scaling(args.scratch, args.small, args.large, args.tagged, args.rounds, spread)
+        small, large = scaling[str(args.small)], scaling[str(args.large)]
+        rows[name] = {
+            **scaling, "evict_ratio": large["evict_tags_ms"] / small["evict_tags_ms"],
+            "iterkeys_ratio": large["iterkeys_ms"] / small["iterkeys_ms"],
+        }
+    peer = _evict_against_peer(args.scratch, args.small, args.tagged, args.rounds)
+    if peer is not None:
+        rows["evict_one_tag_vs_python_diskcache"] = {
+            "ours_ms": peer[0], "theirs_ms": peer[1], "ratio": peer[0] / peer[1]
+        }
+    return rows
+
+
+def report(rows: dict[str, Any]) -> str:
+    """The rows as a text table: figure, reference, ratio, target."""
+    lines = [f"{'row':44} {'ratio':>8}  target"]
+    targets = {
+        "set_no_tags_vs_today": ("ratio", "0.97-1.03"),
+        "set_no_tags_table_vs_none": ("ratio", "~1 (no target)"),
+        "set_three_tags_vs_one": ("ratio", "<= 1.5"),
+        "evict_one_tag_vs_python_diskcache": ("ratio", "<= 1"),
+    }
+    for name, (field, target) in targets.items():
+        if name in rows:
+            lines.append(f"{name:44} {rows[name][field]:8.3f}  {target}")
+    for name, layout in (("evict_tags_large_vs_small", "spread"),
+                         ("evict_tags_large_vs_small_clustered", "clustered")):
+        scaling = rows[name]
+        small, large = (scaling[size] for size in sorted(scaling, key=lambda s: (len(s), s))[:2])
+        lines.append(f"{f'evict_tags, large vs small ({layout})':44} {scaling['evict_ratio']:8.3f}"
+                     f"  <= 2   ({small['evict_tags_ms']:.1f} / {large['evict_tags_ms']:.1f} ms)")
+        lines.append(f"{f'iterkeys(tag=), large vs small ({layout})':44}"
+                     f" {scaling['iterkeys_ratio']:8.3f}  <= 2   ({small['iterkeys_ms']:.1f} /"
+                     f" {large['iterkeys_ms']:.1f} ms)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tags", description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", help="a checkout of the library to compare 'set, no tags' with")
+    parser.add_argument("--calls", type=int, default=50_000, help="sets per measurement")
+    parser.add_argument("--rounds", type=int, default=6, help="measurements per side")
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--tagged", type=int, default=1_000, help="items carrying the evicted tag")
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "output"))
+    parser.add_argument("--scratch", default=tempfile.gettempdir(), help="where caches are made")
+    parser.add_argument("--quick", action="store_true", help="smoke run: no measurement")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.calls, args.rounds, args.small, args.large, args.tagged = 500, 2, 300, 1_000, 50
+    args.scratch = tempfile.mkdtemp(prefix="tags-", dir=args.scratch)
+    try:
+        rows = run(args)
+    finally:
+        import shutil
+
+        shutil.rmtree(args.scratch, ignore_errors=True)
+    os.makedirs(args.output, exist_ok=True)
+    with open(os.path.join(args.output, "tags.json"), "w", encoding="utf-8") as handle:
+        json.dump(rows, handle, indent=2)
+    text = report(rows)
+    with open(os.path.join(args.output, "tags.txt"), "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Many tags per item: the SQL of the tag table, its triggers, and its creation.
+
+An item's first tag stays in the Cache table's ``tag`` column, where python-diskcache reads and
+writes it; the item's other tags are rows ``(tag, item)`` of the ``CacheTag`` table, whose
+primary key is the index ``evict_tags`` and ``iterkeys(tag=...)`` search (O(k log n) for the k
+items of a tag). Two triggers keep the table exact whoever writes the database, python-diskcache
+included (persistent triggers fire on its connections too):
+
+- ``CacheTag_item_delete``: a deleted row's tag entries go in the same statement (delete, pop,
+  expiry, culling, ``clear``, ``evict``, python-diskcache's own deletes);
+- ``CacheTag_item_retag``: an update that writes the ``tag`` column — a set or add replacing the
+  item, ours or python-diskcache's — drops the item's extra tags; our write then inserts the new
+  ones in the same transaction. touch, incr and the access bookkeeping never write ``tag``.
+
+Nothing is created when a cache is opened (invariant 5): the table and triggers are made by the
+first write that stores an extra tag, inside that write's transaction. python-diskcache ignores a
+table it does not know, so the directory stays usable by it (tests/peers/test_peer_sharing.py).
+"""
+
+from __future__ import annotations
+
+from .schema import NOT_EXPIRED
+
+__all__ = [
+    "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_EXTRA_TAGGED", "DELETE_FIRST_TAGGED",
+    "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS", "PROBE_TAG_TABLE", "SELECT_ITEM_TAGS",
+    "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS", "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "insert_extra_tags",
+]
+
+TAG_TABLE = "CacheTag"
+
+# The table's primary key is the (tag, item) index, WITHOUT ROWID: no second b-tree for it.
+# The item index serves the triggers (an item's entries) and get(tags=True).
+CREATE_TAG_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS CacheTag (tag BLOB NOT NULL, item INTEGER NOT NULL,"
+    " PRIMARY KEY (tag, item)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS CacheTag_item ON CacheTag(item)",
+    "CREATE TRIGGER IF NOT EXISTS CacheTag_item_delete AFTER DELETE ON Cache"
+    " BEGIN DELETE FROM CacheTag WHERE item = OLD.rowid; END",
+    "CREATE TRIGGER IF NOT EXISTS CacheTag_item_retag AFTER UPDATE OF tag ON Cache"
+    " BEGIN DELETE FROM CacheTag WHERE item = OLD.rowid; END",
+)
+TAG_TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'CacheTag'"
+TAG_TRIGGERS = ("CacheTag_item_delete", "CacheTag_item_retag")
+SELECT_TAG_TRIGGERS = (
+    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'Cache'"
+    " AND name LIKE 'CacheTag%'"
+)
+
+# The extra tags of the item just written (found by its key: the upsert may have updated a row),
+# in one statement: parameters key, raw, then the n tags. One text per count n (made once each,
+# so sqlite3's statement cache keeps hitting). OR IGNORE: a tag equal (SQLite's rule) to another
+# of the item's is stored once.
+_INSERT_EXTRA_TAGS: dict[int, str] = {}
+
+
+def insert_extra_tags(count: int) -> str:
+    """The statement storing `count` extra tags of one item."""
+    statement = _INSERT_EXTRA_TAGS.get(count)
+    if statement is None:
+        values = ", ".join(f"(?{number + 3})" for number in range(count))
+        statement = _INSERT_EXTRA_TAGS[count] = (
+            "INSERT OR IGNORE INTO CacheTag (tag, item) SELECT extra.column1, rowid FROM Cache,"
+            f" (VALUES {values}) AS extra WHERE key = ?1 AND raw = ?2"
+        )
+    return statement
+
+
+# A write with extra tags makes sure the table is there, in its transaction: this probe fails
+# (rarely: the first extra tag of a database, or one made anew since) where it is not.
+PROBE_TAG_TABLE = "SELECT 1 FROM CacheTag LIMIT 0"
+
+# get(tags=True): the item and its extra tags in one statement, so one snapshot (a set between
+# two statements could pair a value with another write's tags). The first row is the item's
+# (kind 0), then one row per extra tag (kind 1).
+_ITEM_COLUMNS = (
+    "CASE WHEN filename IS NULL THEN value ELSE IFNULL(value, size) END, expire_time, tag,"
+    " store_time"
+)
+SELECT_ITEM_TAGS = (
+    f"SELECT 0, mode, filename, {_ITEM_COLUMNS} FROM Cache WHERE key = ?1 AND raw = ?2 AND"
+    + NOT_EXPIRED.replace("?", "?3"),
+    f"SELECT 0, mode, filename, {_ITEM_COLUMNS} FROM Cache WHERE key = ?1 AND raw = ?2 AND"
+    + NOT_EXPIRED.replace("?", "?3")
+    + " UNION ALL SELECT 1, NULL, NULL, NULL, NULL, t.tag, NULL FROM Cache AS c"
+    " JOIN CacheTag AS t ON t.item = c.rowid WHERE c.key = ?1 AND c.raw = ?2 AND"
+    " (c.expire_time IS NULL OR c.expire_time > ?3)",
+)
+
+# evict_tags: per tag, the items whose first tag it is, then those carrying it as an extra one
+# (the Cache_tag_rowid index serves the first where tag_index is on; the primary key the second).
+DELETE_FIRST_TAGGED = "DELETE FROM Cache WHERE tag = ?"
+DELETE_EXTRA_TAGGED = "DELETE FROM Cache WHERE rowid IN (SELECT item FROM CacheTag WHERE tag = ?)"
+# evict(tag) of the items carrying it as an extra tag: a batch per statement, as python-diskcache
+# evicts (the first tag's items: _store.schema.DELETE_TAGGED).
+DELETE_EXTRA_BATCH = (
+    "DELETE FROM Cache WHERE rowid IN (SELECT item FROM CacheTag WHERE tag = ? LIMIT ?)"
+)
+
+# iterkeys(tag=...): a page of the keys carrying the tag, first or extra, in rowid order. Each
+# side reads at most a page through its index, so a page costs O(page log n).
+_PAGE_OF = (
+    "SELECT c.rowid, c.key, c.raw FROM Cache AS c JOIN ("
+    "SELECT item FROM (SELECT rowid AS item FROM Cache WHERE tag = ?1 AND rowid {cmp} ?2"
+    " ORDER BY rowid {order} LIMIT ?3)"
+    " UNION SELECT item FROM (SELECT item FROM CacheTag WHERE tag = ?1 AND item {cmp} ?2"
+    " ORDER BY item {order} LIMIT ?3)"
+    " ORDER BY item {order} LIMIT ?3) AS page ON c.rowid = page.item ORDER BY c.rowid {order}"
+)
+TAGGED_KEYS_ANY = (
+    _PAGE_OF.format(cmp=">", order="ASC"),
+    _PAGE_OF.format(cmp="<", order="DESC"),
+)
+
+# check(): tag entries whose item is gone (written while the triggers were missing, say);
+# and their repair.
+ORPHAN_TAGS = "SELECT tag, item FROM CacheTag WHERE item NOT IN (SELECT rowid FROM Cache)"
+DELETE_ORPHAN_TAGS = "DELETE FROM CacheTag WHERE item NOT IN (SELECT rowid FROM Cache)"
