@@ -115,9 +115,6 @@ class CacheBase:
         self._sized_files = self._native_numbers
         self._queues = Queues(self._store, opened.disk, self._sized_files)
         self._memory: MemoryTier | None = None
-        # What Cache.get looks up first: the memory tier, or None while it is off or while a
-        # sampled tier (_memory.py, "Sampling") is skipped.
-        self._lookups: MemoryTier | None = None
         # With a remote (Redis holds the items): the tier every item operation goes through.
         self._remote: RemoteTier | None = None
         if code_only.get("remote") is not None:
@@ -262,12 +259,10 @@ class CacheBase:
         elif self._memory is None:
             self._memory = MemoryTier(
                 words, size_limit, item_limit, self._plain_keys, self._native_numbers,
-                self._disk.put,
+                self._disk.put, self._disk.fetch, local=self._store.local, reads=self._evictor,
             )
-            self._memory.local = self._store.local
         else:
             self._memory.set_limits(size_limit, item_limit)
-        self._lookups = self._memory
 
     @property
     def memory_size_limit(self) -> int:

@@ -5,7 +5,8 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 - a get is one constant SELECT on this thread's connection — never a write, whatever the
   eviction policy or statistics (those are batched by the Evictor's access log);
 - set, add, delete, pop, touch and most incr calls are one autocommit statement;
-- a get the memory tier answers is a dict lookup and one shared-word comparison, inline here.
+- a get the memory tier answers is a dict lookup and one shared-word comparison, in the one
+  function the tier builds for it (`MemoryTier.hit`, used by the remote tier as well).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .counters import check_delta, increment
 from .iteration import KeyIteration
 from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
-from .._memory.tier import ABSENT
+from .._memory.tier import FILL, MISS
 from .queue import GONE
 from .._store.rows import raise_decode_error, reads_as_miss
 from .._store.store import MIN_WRITE_CHARGE, Store
@@ -120,63 +121,21 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             if store_time:
                 raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
             return self._remote.get(key, default, read, expire_time, tag)
-        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory.py)
-        refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
-        plain = False  # the key is its own database key (the standard Disk's str and bytes)
-        if memory is None:
-            memory = self._memory
-            if memory is not None and not read:  # sampled: the tier rarely answers, skipped
-                memory.misses += 1
-                memory.skip -= 1
-                if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
-                    self._lookups = memory  # the next get looks it up
-        elif not (read or expire_time or tag or store_time):
-            # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
-            # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
-            kind = type(key)
-            if (kind is str or kind is bytes) and memory.plain_keys:
-                map_key = key
-                plain = True
+        memory = self._memory
+        refill = False  # whether to ask MemoryTier.begin_fill
+        if memory is not None and not read:
+            if not (expire_time or tag or store_time):
+                found = memory.hit(key, default)  # the tier's hit path (built by the tier)
+                if found is not MISS:
+                    if found is not FILL:
+                        return found
+                    refill = True
             else:
-                map_key = memory.key_for(key)
-            entries = memory.entries
-            entry = entries.get(map_key)
-            if entry is None:
-                # MemoryTier.begin_fill's commonest answer, inline (it runs on every miss of a
-                # key the tier does not hold): a key not seen lately is noted, not filled.
-                seen = hash(map_key)
-                recent = memory.recent
-                if seen not in recent:
-                    memory.misses += 1
-                    if memory.hits + memory.misses >= memory.forget_at:
-                        memory.forget_recent()
-                    recent.add(seen)
-                    refill = False
-                    if memory.gap:
-                        following = memory.sampled_miss()
-                        if memory is self._memory:  # (not turned off meanwhile)
-                            self._lookups = following
-            elif memory.words[entry.word] == entry.tag:
-                expires = entry.expire_time
-                if expires is None or expires > time.time():
-                    memory.hits += 1
-                    try:
-                        entries.move_to_end(map_key)
-                    except KeyError:  # evicted by another thread just now
-                        pass
-                    mode = entry.fetch_mode
-                    if self._evictor.tracks_reads:
-                        self._evictor.note_read(
-                            entry.db_key, entry.raw, mode is not ABSENT, time.time()
-                        )
-                    if mode is None:
-                        return entry.stored
-                    if mode is ABSENT:
-                        return default
-                    return self._disk.fetch(mode, None, entry.stored, False)
+                refill = memory.fills_unanswered()
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
-        if plain or ((type(key) is str or type(key) is bytes) and self._plain_keys):
+        db_key: Any
+        if (type(key) is str or type(key) is bytes) and self._plain_keys:
             db_key, raw = key, 1  # raw as an int: a bool parameter costs sqlite3 ~0.4 us
         else:
             db_key, raw = self._disk.put(key)
@@ -287,9 +246,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             return self._remote.get(key, ENOVAL, False, False, False) is not ENOVAL
         memory = self._memory
         if memory is not None:
-            entry = memory.lookup(key, touch=False)
-            if entry is not None:
-                return entry.fetch_mode is not ABSENT
+            known = memory.contains(key)
+            if known is not None:
+                return known
         db_key, flag = self._disk.put(key)
         raw = 1 if flag else 0  # the int SQLite stores (see put_key)
         try:

@@ -28,7 +28,6 @@ from .._log import lost_file
 from .._errors import (
     DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
 )
-from .._memory.tier import change_recorder
 from .schema import (
     NEW_VALUE_FUNCTION,
     RELEASE_FUNCTION,
@@ -41,6 +40,7 @@ from .schema import (
 )
 from .mapwatch import watch
 from .readonly import FetchedRows, ReadOnlyReader
+from .versions import change_recorder
 from .versionfile import (
     FILE_SIZE, LOST_WORDS, VERSION_FILE, WordsCell, remap_versions, versions_intact, weak_method, write_locked,
 )
@@ -100,7 +100,7 @@ class ThreadState:
         # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
         self.new_value: Any = NO_VALUE
         # Memory-tier buckets bumped by the open transaction or statement: version-word index
-        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory.py).
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see versions.py).
         self.versions: dict[int, int] = {}
         # Bytes written by the open transaction: counted towards the size check at its commit.
         self.charge = 0

@@ -494,7 +494,7 @@ RELEASE_TRIGGERS = (
 # Per connection (TEMP): every insert, every change to what a get returns (value, expiry) and
 # every delete calls VERSION_FUNCTION with the key (an insert: VERSION_INSERT_FUNCTION, which
 # also notes the insert, see Evictor.wrote), inside the statement, under the write lock; it bumps
-# the key's bucket in the memory tier's version file (see _memory.py). Not fired: the access-log
+# the key's bucket in the memory tier's version file (see versions.py). Not fired: the access-log
 # flush (store/access time, access count), which changes nothing a get returns. Never change a
 # row's key (DELETE and INSERT instead), never use INSERT OR REPLACE (the rows it deletes fire no
 # DELETE trigger while recursive_triggers is off).

@@ -5,7 +5,7 @@ A write runs as one autocommit statement, or inside `transaction`. A write that 
 lock taken waits for it in `_when_free` (woken by the lock handoff where the platform has one,
 see _handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
-bumped (the triggers record them in ``state.versions``; see _memory.py), hand the value files
+bumped (the triggers record them in ``state.versions``; see versions.py), hand the value files
 it released to the reaper (only once committed, invariant 2 — never after a rollback), and
 count the bytes it wrote towards the next size check (`size_check`, the eviction part's).
 """
@@ -28,7 +28,7 @@ from .._errors import (
     DatabaseError, is_busy, is_readonly_rollback, read_only_error, translate_sqlite_error,
 )
 from .handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
-from .._memory.tier import publish
+from .versions import publish
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
 __all__ = ["MIN_WRITE_CHARGE", "Store", "Written", "weakly"]
@@ -340,7 +340,7 @@ class Store:
             state.versions = {}
             words = self.words
             if words is not None:
-                for index, nonce in published.items():  # _memory.publish, inline: every write
+                for index, nonce in published.items():  # versions.publish, inline: every write
                     if words[index] == nonce:
                         words[index + 1] = nonce
         if state.released:

@@ -1,9 +1,9 @@
 """The memory tier's version file: the words every process of a cache directory shares.
 
 ``cache.db-versions`` holds a header and, for each of `BUCKETS` key-hash buckets, two 64-bit
-words (``pre`` and ``post``; what they mean is the protocol in _memory.py); header words 2 and 3
-belong to the lock handoff (_handoff.py). It is mapped shared
-and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
+words (``pre`` and ``post``; what they mean is the protocol: its writer side in versions.py, its
+reader side in _memory/tier.py); header words 2 and 3 belong to the lock handoff (handoff.py).
+It is mapped shared and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
 a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
 
 The file can also be shrunk or replaced by hand while mapped (``truncate``, ``cp`` or an
