@@ -381,7 +381,7 @@ def test_an_interrupt_between_the_steps_of_a_transaction_leaves_none_open(cache_
     original = getattr(store, name)
 
     def interrupted(state, *args):
-        if state.depth == 0:
+        if state.txn.depth == 0:
             setattr(store, name, original)
             if where == "before-commit":
                 original(state, *args)

@@ -25,7 +25,9 @@ from .._store.connections import FetchedRows
 from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
+from .._eviction.access import AccessLog
 from .._eviction.evictor import Evictor
+from .._eviction.sizecheck import SizeCheck
 from .._store.handoff import lock_handoff
 from .._memory.tier import MemoryStats, MemoryTier
 from .._store.opening import open_database
@@ -101,11 +103,13 @@ class CacheBase:
         # The lock handoff needs WAL (elsewhere readers meet the lock too: SQLite's wait waits).
         wal = str(opened.settings.sqlite_journal_mode).lower() == "wal"
         handoff = lock_handoff(opened.pool.words) if wal else None
-        self._store = Store(opened.pool, timeout, opened.disk, handoff)
+        access = AccessLog(opened.settings.eviction_policy, opened.settings.statistics)
+        sizing = SizeCheck(opened.settings, access)  # the Store's size budget
+        self._store = Store(opened.pool, timeout, opened.disk, handoff, sizing)
         opened.pool.rebinds.append(_memory_rebinder(self))
         opened.pool.recreate = None if opened.pool.read_only else _recreator(self)
         self._local = opened.pool.local  # this thread's connection, for the hot read path
-        self._evictor = Evictor(self._store, opened.settings)
+        self._evictor = Evictor(self._store, opened.settings, sizing)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
         self._plain_fetch = type(opened.disk).fetch is Disk.fetch
         # With the standard Disk.put, str and bytes keys are their own database key (raw).

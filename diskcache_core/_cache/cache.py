@@ -322,12 +322,11 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
         before = evictor.note_write(db_key, raw, now) if refresh else None
-        if evictor.read_counts:  # least-frequently-used: the check spares the key (see there)
-            evictor.writing.key = (db_key, raw)
         try:
             count, published = store.write(
                 statement, params, retry, filename,
                 charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
+                evictor.spares(db_key, raw),  # the size check's write context
             )
         except BaseException as exc:
             if refresh:
@@ -379,8 +378,10 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
         before = evictor.note_write(*stored_as, time.time()) if refresh else None
         try:
-            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
-                               default, retry)  # fmt: skip
+            result = increment(
+                store, self._disk, self._native_numbers, key, stored_as, delta, default, retry,
+                evictor.spares(*stored_as),
+            )
         except BaseException:
             if refresh:
                 evictor.undo_write(*stored_as, before)

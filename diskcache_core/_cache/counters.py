@@ -41,11 +41,11 @@ def check_delta(name: str, delta: Any, default: Any) -> None:
 
 def increment(
     store: Store, disk: Disk, native: bool, key: Any, stored_as: tuple[Any, Any], delta: Any,
-    default: Any, retry: bool,
+    default: Any, retry: bool, spared: tuple[Any, Any] | None = None,
 ) -> Any:
     """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
     None); return the new value. `stored_as`: the key's ``(db_key, raw)``; `native`: the Disk
-    stores numbers natively."""
+    stores numbers natively; `spared`: the write context for the size check (`Store.write`)."""
     db_key, raw = stored_as
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
@@ -62,7 +62,9 @@ def increment(
             ):
                 return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
             statement, params = sql.INCR_UPSERT, (delta, now, db_key, raw, start)
-        rowcount, value = store.write_capturing(statement, params, retry, MIN_WRITE_CHARGE)
+        rowcount, value = store.write_capturing(
+            statement, params, retry, MIN_WRITE_CHARGE, spared
+        )
         if rowcount == 1:
             return start if value is NO_VALUE else value
     return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)

@@ -97,9 +97,9 @@ class Queues:
                     " is an item's key (set directly, outside the queue's range)"
                 ) from None
             charge = max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
-            state.charge += charge
+            state.txn.charge += charge
             if filename is None:
-                state.logged += charge  # (a value file's bytes are not written to the WAL)
+                state.txn.logged += charge  # (a value file's bytes are not written to the WAL)
         return db_key
 
     def pull(

@@ -360,7 +360,7 @@ class MemoryTier:
         self.admission.misses += 1
         map_key = self.map_key(db_key, raw)
         state = getattr(self.local, "state", None)  # this thread's connection (None: opens next)
-        if map_key is None or (state is not None and state.words is not self.words):
+        if map_key is None or (state is not None and state.opening.words is not self.words):
             return None  # (a connection to a database removed while open: not the tier's)
         entry = self.entries.get(map_key)
         if entry is not None:

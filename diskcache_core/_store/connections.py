@@ -57,7 +57,10 @@ RECHECK_INTERVAL = 0.1
 # miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
 OPEN_WAIT = 60.0
 
-__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
+__all__ = [
+    "RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "Opening", "ThreadState",
+    "Transaction",
+]
 
 # Connections inherited from a parent process: never used, never closed, never collected.
 _INHERITED: list[Any] = []
@@ -74,14 +77,52 @@ _HELD: dict[tuple[int, int], tuple[int, int]] = {}
 _live_pools: "weakref.WeakSet[ConnectionPool]" = weakref.WeakSet()
 
 
-class ThreadState:
-    """One thread's connection to one cache, and the files its open transaction touched."""
+class Transaction:
+    """What this thread's open transaction (or autocommit statement) has done so far: settled by
+    `Store._after_commit` once it ends, undone by a rollback."""
 
-    __slots__ = (
-        "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
-        "identity", "recheck_at", "words",
-    )  # fmt: skip
+    __slots__ = ("depth", "released", "created", "versions", "charge", "logged", "close_after")
+
+    def __init__(self) -> None:
+        # Nesting depth of explicit transactions (0: autocommit).
+        self.depth = 0
+        # Value files that committed-or-pending statements stopped naming (filled by a trigger).
+        self.released: list[str] = []
+        # Value files written for rows of the open transaction (removed if it rolls back).
+        self.created: list[str] = []
+        # Memory-tier buckets bumped by the open transaction or statement: version-word index
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see versions.py).
+        self.versions: dict[int, int] = {}
+        # Bytes written by the open transaction: counted towards the size check at its commit.
+        self.charge = 0
+        # Of those, the bytes written to the WAL: values stored inline (not in value files).
+        self.logged = 0
+        # close() was called inside this thread's transaction: closed once the transaction ends.
+        self.close_after = False
+
+
+class Opening:
+    """What a connection was opened on, and when to look again that it still is the cache's."""
+
+    __slots__ = ("identity", "recheck_at", "words", "inherited")
+
+    def __init__(self) -> None:
+        # The database file it opened, and when to look again that it is the cache's (`moved`).
+        self.identity: Any = None
+        self.recheck_at = 0.0
+        # The version words its triggers bump (a memory tier keeps what it reads only if the
+        # same).
+        self.words: memoryview | None = None
+        # Parked in a forked child (see the module docstring): the parent's, never used here.
+        self.inherited = False
+
+
+class ThreadState:
+    """One thread's connection to one cache: the connection and its shortcuts, what its latest
+    statement reported, its open transaction (`txn`) and what it was opened on (`opening`)."""
+
+    __slots__ = ("con", "execute", "read", "reader", "thread", "new_value", "inserted", "txn",
+                 "opening")
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
         self.con = con
@@ -90,35 +131,15 @@ class ThreadState:
         # to its end and been reset, so no read transaction stays open between calls): one
         # cursor, reused, saves ``con.execute`` making a new one (~0.2 us a get, measured).
         self.read: Callable[..., Any] = con.cursor().execute
-        # Value files that committed-or-pending statements stopped naming (filled by a trigger).
-        self.released: list[str] = []
-        # Value files written for rows of the open transaction (removed if it rolls back).
-        self.created: list[str] = []
-        # Nesting depth of explicit transactions (0: autocommit).
-        self.depth = 0
+        # Runs the statements instead of `con` where this process may only read the database.
+        self.reader: ReadOnlyReader | None = None
         self.thread = thread
         # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
         self.new_value: Any = NO_VALUE
-        # Memory-tier buckets bumped by the open transaction or statement: version-word index
-        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see versions.py).
-        self.versions: dict[int, int] = {}
-        # Bytes written by the open transaction: counted towards the size check at its commit.
-        self.charge = 0
-        # Of those, the bytes written to the WAL: values stored inline (not in value files).
-        self.logged = 0
         # Whether the latest `Store.write` inserted a row (set by the insert trigger's function).
         self.inserted = False
-        # Runs the statements instead of `con` where this process may only read the database.
-        self.reader: ReadOnlyReader | None = None
-        # close() was called inside this thread's transaction: closed once the transaction ends.
-        self.close_after = False
-        # Parked in a forked child (see the module docstring): the parent's, never used here.
-        self.inherited = False
-        # The database file it opened, and when to look again that it is the cache's (`moved`);
-        # the version words its triggers bump (a memory tier keeps what it reads only if the same).
-        self.identity: Any = None
-        self.recheck_at = 0.0
-        self.words: memoryview | None = None
+        self.txn = Transaction()
+        self.opening = Opening()
 
     def close(self) -> None:
         self.con.close()
@@ -236,22 +257,22 @@ class ConnectionPool:
             self._configure(con)
             con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
             state = ThreadState(con, threading.current_thread())
-            con.create_function(RELEASE_FUNCTION, 1, state.released.append)
+            con.create_function(RELEASE_FUNCTION, 1, state.txn.released.append)
             con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
             for statement in RELEASE_TRIGGERS:
                 con.execute(statement)
             if self.words is None:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
-            state.words = self.words
-            item_changed = change_recorder(state, self.cell)
+            state.opening.words = self.words
+            item_changed = change_recorder(state.txn, self.cell)
             con.create_function(VERSION_FUNCTION, 1, item_changed)
             con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
             con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
-            state.identity = self._database_file()
-            state.recheck_at = time.monotonic() + RECHECK_INTERVAL
+            state.opening.identity = self._database_file()
+            state.opening.recheck_at = time.monotonic() + RECHECK_INTERVAL
         except BaseException:
             con.close()
             raise
@@ -261,7 +282,7 @@ class ConnectionPool:
         """Whether the file at the cache's path is no longer the database `state`'s connection
         opened: the directory was removed (and perhaps made anew by another process), and
         that connection reads and writes a deleted file no other process sees."""
-        return state.identity is None or self._database_file() != state.identity
+        return state.opening.identity is None or self._database_file() != state.opening.identity
 
     def _database_file(self) -> tuple[int, int] | None:
         """The file at the cache's path, not following a link (None: none, or no directory)."""
@@ -335,7 +356,7 @@ class ConnectionPool:
         lost_file(op.join(op.dirname(self.path), VERSION_FILE), "the memory tier answers nothing")
         with self._lock:
             for state in self._states:
-                state.recheck_at = 0.0  # its next write recovers first (Store._recheck)
+                state.opening.recheck_at = 0.0  # its next write recovers first (Store._recheck)
 
     def recover_versions(self, in_transaction: bool) -> None:
         """Before a write, the version file was found shrunk or replaced: stop using it (a
@@ -388,8 +409,8 @@ class ConnectionPool:
         database = None if words is LOST_WORDS else self._database_file()
         with self._lock:
             for state in self._states:
-                if words is LOST_WORDS or state.identity == database:
-                    state.words = words
+                if words is LOST_WORDS or state.opening.identity == database:
+                    state.opening.words = words
         for rebind in self.rebinds:
             rebind(words)
 
@@ -428,20 +449,20 @@ class ConnectionPool:
         """
         current = threading.current_thread()
         mine = getattr(self.local, "state", None)
-        if mine is not None and (mine.depth or mine.con.in_transaction):
-            mine.close_after = True  # inside this thread's transaction: closed when it ends
+        if mine is not None and (mine.txn.depth or mine.con.in_transaction):
+            mine.txn.close_after = True  # inside this thread's transaction: closed when it ends
         with _workers.lock, self._lock:
             keep = []
             for state in self._states:
                 thread = state.thread
-                if state.close_after:
+                if state.txn.close_after:
                     keep.append(state)
                 elif thread is current or not thread.is_alive() or close_if_idle(thread, self):
                     state.close()
                 else:
                     keep.append(state)
             self._states[:] = keep
-        if mine is None or not mine.close_after:
+        if mine is None or not mine.txn.close_after:
             self._forget_thread_state()
 
     def _forget_thread_state(self) -> None:
@@ -481,7 +502,7 @@ class ConnectionPool:
             keep = []
             for state in self._states:
                 idle = not state.thread.is_alive() or (
-                    state.thread is current and not state.depth and not state.con.in_transaction
+                    state.thread is current and not state.txn.depth and not state.con.in_transaction
                 )
                 if idle:
                     state.close()
@@ -499,7 +520,7 @@ class ConnectionPool:
         if self._states:
             _hold_inherited(self.path)
         for state in self._states:
-            state.inherited = True
+            state.opening.inherited = True
         _INHERITED.extend(self._states)
         self._states.clear()
         self._lock = threading.Lock()

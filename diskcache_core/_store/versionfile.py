@@ -222,7 +222,7 @@ class WordsCell:
         # failed): the pool's `_remap_in_statement`, held weakly (`weak_method`).
         self.remap: Callable[[], memoryview | None] = lambda: None
 
-    def writable(self, state: Any) -> memoryview:
+    def writable(self, txn: Any) -> memoryview:
         """(A version trigger, inside its statement) The words to bump. Where their file was
         found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
         write lock — and the buckets the open transaction bumped in the lost file are bumped
@@ -234,7 +234,7 @@ class WordsCell:
         words = self.remap()
         if words is None:
             raise versions_lost_error("this transaction")
-        versions = state.versions
+        versions = txn.versions
         for index in versions:
             nonce = int.from_bytes(os.urandom(8), "little") | 1
             words[index] = nonce

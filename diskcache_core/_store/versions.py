@@ -12,7 +12,7 @@ Writers. Every statement that inserts, changes (value or expiry) or deletes a ro
   per-connection TEMP trigger (`_schema.VERSION_TRIGGERS`) that calls `change_recorder`'s
   function with the row's key. That runs inside the statement, so under SQLite's write lock:
   writers' stores to ``pre`` are serialized. It stores a fresh random nonce ``n`` in the key's
-  bucket's ``pre`` and remembers ``(bucket, n)`` in the thread's `ThreadState`. After the
+  bucket's ``pre`` and remembers ``(bucket, n)`` in the thread's `Transaction` record. After the
   transaction has committed (or rolled back), `publish` stores ``post = n`` if ``pre`` is still
   ``n`` (otherwise a later writer has already started, and its own ``post`` will follow).
 """
@@ -74,11 +74,12 @@ def _stored_key_index(db_key: Any) -> int:
     return _HEADER_WORDS if index is None else index
 
 
-def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
+def change_recorder(txn: Any, source: Any) -> Callable[[Any], None]:
     """The SQL function the version triggers call with a changed row's key.
 
     Runs inside the writing statement, under the write lock: stores a fresh nonce in the bucket's
-    ``pre`` and remembers it in ``state.versions`` (for `publish`). A bucket already bumped by
+    ``pre`` and remembers it in ``txn.versions`` (for `publish`; `txn`: the connection's
+    `Transaction` record). A bucket already bumped by
     this thread's open transaction is not bumped again: its ``post`` cannot equal ``pre`` before
     the transaction ends, so no reader can have filled from it meanwhile.
     """
@@ -87,7 +88,7 @@ def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
 
     def item_changed(db_key: Any) -> None:
         try:
-            words = source.writable(state)  # the pool's now (mapped anew if its file was lost)
+            words = source.writable(txn)  # the pool's now (mapped anew if its file was lost)
             if type(db_key) is str:  # the common case, inline: this runs inside every write
                 try:
                     index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)
@@ -95,7 +96,7 @@ def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
                     index = _stored_key_index(db_key)
             else:
                 index = _stored_key_index(db_key)
-            versions = state.versions
+            versions = txn.versions
             nonce = versions.get(index)
             if nonce is None or words[index] != nonce:
                 nonce = getrandbits(64) | 1  # never 0, the value of a new file
