@@ -510,3 +510,40 @@ def test_lfu_an_incr_is_spared_by_the_size_check_its_own_write_runs(make_store):
     assert cache.incr("counter") == 2
     assert cache.get("counter") == 2
     assert sum(1 for number in range(15) if number in cache) < 15  # the check did cull
+
+
+def test_a_store_runs_the_size_budget_it_was_made_with(make_store):
+    """The Store is handed its size budget when it is made (nothing is assigned onto it): past
+    `every` bytes a write calls `check` with the store, the bytes counted and the write's
+    context; a True answer (still over) makes the next write check again."""
+    from diskcache_core._store.store import Store
+    from diskcache_core._store import schema as sql
+
+    class Budget:
+        every = 3000
+        over = False
+
+        def __init__(self):
+            self.calls = []
+
+        def check(self, store, unchecked, spared):
+            self.calls.append((unchecked, spared))
+            return self.over
+
+    cache = make_store()
+    budget = Budget()
+    store = Store(cache._store.pool, 1.0, cache.disk, None, budget)
+
+    def write(key, charge, spared=None):
+        store.write(sql.PLAIN_VARIANT[sql.UPSERT], (key, 1, 0.0, 0, 1, "v"), False, None,
+                    charge, spared)
+
+    write("a", 2000)
+    assert budget.calls == []
+    write("b", 2000, ("b", 1))
+    assert budget.calls == [(4000, ("b", 1))]
+    budget.over = True
+    write("c", 3000)
+    assert budget.calls[-1] == (3000, None)
+    write("d", 1)  # still over: checked again at once
+    assert budget.calls[-1] == (3001, None) and len(budget.calls) == 3

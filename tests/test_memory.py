@@ -1032,3 +1032,44 @@ def test_the_byte_bound_counts_big_ints_and_wide_text_at_their_real_size(cache_d
     stats = cache.memory_stats()
     assert real <= stats.size <= stats.size_limit
     cache.close()
+
+
+def test_the_tier_builds_the_hit_path_gets_take(make_store):
+    """`MemoryTier.hit`, the one function that answers a plain get from memory (Cache.get and
+    the remote tier's get both call it): the value, `default` for a key known absent, or MISS
+    (read the store, keep nothing) or FILL (read the store, and ask to keep what it finds)."""
+    from diskcache_core._memory.tier import FILL, MISS
+
+    cache = make_store()
+    writer = make_store()
+    tier = cache._memory
+    cache.set('kept', 'value')
+    assert tier.hit('kept', 'default') == 'value'
+    assert tier.hit('new', 'default') is MISS  # not seen lately: noted, not filled
+    assert tier.hit('new', 'default') is FILL  # seen lately: the read may fill
+    assert cache.get('new', 'default') == 'default'  # ... and it does
+    assert tier.hit('new', 'default') == 'default'  # absent, from memory
+    writer.set('kept', 'changed')
+    assert tier.hit('kept', 'default') is FILL  # invalidated: refilled by the next read
+    assert cache.get('kept') == 'changed' and tier.hit('kept', None) == 'changed'
+    stats = cache.memory_stats()
+    assert (stats.hits, stats.misses) == (3, 3)  # (FILL counts its miss in the read that fills)
+
+
+def test_a_dropped_cache_is_freed_without_the_garbage_collector(cache_dir):
+    """The hit path the tier builds holds no reference back to the tier (only a weak one): a
+    dropped cache is freed by reference counting alone, its version file unmapped at once."""
+    import gc
+    import weakref
+
+    cache = dc.Cache(cache_dir)
+    cache.set('key', 'value')
+    assert cache.get('key') == 'value'
+    tier = weakref.ref(cache._memory)
+    cache.close()
+    gc.disable()
+    try:
+        del cache
+        assert tier() is None
+    finally:
+        gc.enable()

@@ -22,7 +22,7 @@ from .._arguments import (
 )
 from .awaitable import AsyncCacheMixin
 from .base import CacheBase
-from .._disk.disk import ENOVAL, MODE_RAW, Disk
+from .._disk.disk import ENOVAL, MODE_RAW
 from .._errors import RemoteUnsupportedError, Timeout
 from .._eviction.evictor import STORE_TIME_BATCHED
 from .getforms import typed_get
@@ -33,7 +33,7 @@ from .._recipes.memo import memoize as _memoize
 from .._memory.tier import FILL, MISS
 from .queue import GONE
 from .._store.rows import raise_decode_error, reads_as_miss
-from .._store.store import MIN_WRITE_CHARGE, Store
+from .._store.store import MIN_WRITE_CHARGE
 
 __all__ = ["Cache"]
 
@@ -41,19 +41,6 @@ _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: re
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
 )
-
-
-def _serialize(
-    store: Store, disk: Disk, value: Any, read: bool, key: Any
-) -> tuple[int, int, str | None, Any]:
-    """``disk.store``; where the cache directory was removed while open (no value file can be
-    made), once more after the store made it anew (not for a stream: it is not read twice)."""
-    try:
-        return disk.store(value, read, key=key)
-    except FileNotFoundError:
-        if read or not store.follow_removed_directory():
-            raise
-        return disk.store(value, read, key=key)
 
 
 def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
@@ -307,7 +294,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             tag = check_tag(tag)
-        size, mode, filename, db_value = _serialize(self._store, disk, value, read, key)
+        size, mode, filename, db_value = self._serialize(value, read, key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         if expires is None and tag is None and filename is None:
             statement = sql.PLAIN_VARIANT[statement]  # no None parameters (see there)
@@ -380,7 +367,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         try:
             result = increment(
                 store, self._disk, self._native_numbers, key, stored_as, delta, default, retry,
-                evictor.spares(*stored_as),
+                evictor.spares(*stored_as), self._serialize,
             )
         except BaseException:
             if refresh:

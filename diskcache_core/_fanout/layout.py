@@ -14,7 +14,6 @@ python-diskcache's placement, so its items stay reachable.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import os.path as op
@@ -253,13 +252,11 @@ def _marked_layout(directory: str) -> dict[str, Any] | None:
 
 
 def bind_layout(directory: str, layout: str, shards: Sequence[Cache]) -> None:
-    """Make each shard's new connections check its directory (`guard_shard`), and shard 0's
-    database repeat a layout of ours: the layout file alone, removed by hand, would make the
-    next opener take the directory for python-diskcache's, and place keys where old values
-    of them may still be found. Best effort: read-only media or a busy shard skip it."""
-    for number, shard in enumerate(shards):
-        guard = functools.partial(guard_shard, directory, len(shards), layout, number)
-        shard._store.pool.guard = guard
+    """Make shard 0's database repeat a layout of ours: the layout file alone, removed by hand,
+    would make the next opener take the directory for python-diskcache's, and place keys where
+    old values of them may still be found (each shard's connections check its directory from
+    its opening: `guard_shard`, a `Role` of the shard). Best effort: read-only media or a busy
+    shard skip it."""
     store = shards[0]._store
     if layout != _HASH_CRC or store.pool.read_only:
         return

@@ -31,9 +31,16 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sqlite3
 import sys
+import time
+from collections.abc import Callable
 
-__all__ = ["COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff"]
+from .._errors import is_busy
+
+__all__ = [
+    "COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff", "when_free",
+]
 
 COUNTER_WORD = 2  # version-file header word: bumped by a releaser that saw the flag
 WAITING_WORD = 3  # version-file header word: nonzero while some writer may be sleeping
@@ -107,3 +114,42 @@ def lock_handoff(words: memoryview | None) -> LockHandoff | None:
         return LockHandoff(words, _SYS_FUTEX_NUMBER)
     except (OSError, AttributeError, TypeError, ValueError):
         return None
+
+
+def when_free(
+    handoff: LockHandoff | None, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error,
+    retry: bool, limit: float,
+) -> sqlite3.Cursor:
+    """After `attempt` (a statement that takes the write lock) failed as busy with `exc`:
+    its result once it gets the lock, trying again until it has waited `limit` seconds — for
+    ever with `retry`. Raises the last busy error when it gives up.
+
+    With the lock handoff the waits end when the lock is released; without it SQLite's
+    busy handler has already waited the whole timeout in `attempt`.
+    """
+    if handoff is None:
+        while retry and is_busy(exc):
+            try:
+                return attempt()
+            except sqlite3.Error as again:
+                exc = again
+        raise exc
+    waited = 0.0
+    while True:
+        seen = handoff.ticket()
+        try:
+            return attempt()
+        except sqlite3.Error as again:
+            exc = again
+        if not is_busy(exc):
+            raise exc
+        pause = min(limit - waited, POLL_LIMIT)
+        if pause <= 0.0:
+            if not retry:
+                raise exc
+            pause = POLL_LIMIT
+        start = time.monotonic()
+        handoff.wait(seen, pause)
+        # Count at most the pause asked for: time this process then waited for a CPU is
+        # not time spent waiting for the lock (SQLite's busy handler counts likewise).
+        waited += min(time.monotonic() - start, pause)

@@ -28,7 +28,7 @@ from .._disk.disk import Disk
 from .._errors import (
     DatabaseError, is_busy, is_readonly_rollback, read_only_error, translate_sqlite_error,
 )
-from .handoff import POLL_LIMIT, WAITING_WORD, LockHandoff, lock_handoff
+from .handoff import WAITING_WORD, LockHandoff, lock_handoff, when_free
 from .versions import publish
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
@@ -105,7 +105,6 @@ class Store:
         # The memory tier's version words (None where this process may only read), set when the
         # database was opened.
         self.words = pool.words
-        pool.rebinds.append(weakly(self._rebind))  # (no cycle: a dropped cache is freed at once)
         # Bytes written since the last size check, and the check.
         self.unchecked = 0
         self.budget = budget
@@ -298,40 +297,10 @@ class Store:
         timeout: float | None = None,
     ) -> sqlite3.Cursor:
         """After `attempt` (a statement that takes the write lock) failed as busy with `exc`:
-        its result once it gets the lock, trying again until it has waited `timeout` (the
-        cache's) — for ever with `retry`. Raises the last busy error when it gives up.
-
-        With the lock handoff the waits end when the lock is released; without it SQLite's
-        busy handler has already waited the whole timeout in `attempt`.
-        """
-        handoff = self.handoff
-        if handoff is None:
-            while retry and is_busy(exc):
-                try:
-                    return attempt()
-                except sqlite3.Error as again:
-                    exc = again
-            raise exc
+        its result once it gets the lock (`handoff.when_free`), waiting `timeout` (the cache's)
+        — for ever with `retry`."""
         limit = self.timeout if timeout is None else timeout
-        waited = 0.0
-        while True:
-            seen = handoff.ticket()
-            try:
-                return attempt()
-            except sqlite3.Error as again:
-                exc = again
-            if not is_busy(exc):
-                raise exc
-            pause = min(limit - waited, POLL_LIMIT)
-            if pause <= 0.0:
-                if not retry:
-                    raise exc
-                pause = POLL_LIMIT
-            start = time.monotonic()
-            handoff.wait(seen, pause)
-            # Count at most the pause asked for: time this process then waited for a CPU is
-            # not time spent waiting for the lock (SQLite's busy handler counts likewise).
-            waited += min(time.monotonic() - start, pause)
+        return when_free(self.handoff, attempt, exc, retry, limit)
 
     def _released(self) -> None:
         """This thread's connection released the write lock: pass it on to a waiting writer."""
@@ -378,8 +347,9 @@ class Store:
                     self.unchecked = budget.every  # still over: check again on the next write
         return published
 
-    def _rebind(self, words: memoryview) -> None:
-        """The pool mapped the version words anew (the directory was made anew): use those."""
+    def rebind(self, words: memoryview) -> None:
+        """The pool mapped the version words anew (the directory was made anew): use those
+        (called by the pool's `rebind` hook, which the store's owner gives it)."""
         self.words = words
         if self.handoff is not None:
             self.handoff = lock_handoff(words)
