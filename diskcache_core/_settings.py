@@ -21,7 +21,8 @@ from typing import Any, Callable, Generic, TypeVar, overload
 from ._arguments import INT64_MAX, INT64_MIN, check_text, float_seconds, whole_number
 from ._disk.codecs import CODEC_FACTORIES, check_compress_level, codec_named
 from ._errors import StoredSettingWarning
-from ._store.schema import EVICTION_POLICY, METADATA, POLICIES
+from ._eviction.policies import EVICTION_POLICY, POLICIES
+from ._store.schema import METADATA
 
 __all__ = [
     "CODE_ONLY_SETTINGS",

@@ -28,6 +28,8 @@ from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
 from .._eviction.access import AccessLog
+from .._eviction.policies import policy_of
+from .._store.creation import TAG_INDEX_CREATE, TAG_INDEX_DROP
 from .._eviction.evictor import Evictor
 from .._eviction.sizecheck import SizeCheck
 from .._store.handoff import lock_handoff
@@ -470,11 +472,11 @@ class CacheBase(MemorySettings):
 def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:
     """The statements storing setting `key`, then those making (or dropping) the index it needs."""
     statements: list[tuple[str, Any]] = list(sql.store_setting(key, value))
-    index = sql.policy_of(value).create_index if key == "eviction_policy" else None
+    index = policy_of(value).create_index if key == "eviction_policy" else None
     if index is not None:
         statements.append((index, ()))
     elif key == "tag_index":
-        statements.append((sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, ()))
+        statements.append((TAG_INDEX_CREATE if value else TAG_INDEX_DROP, ()))
     return statements
 
 

@@ -38,6 +38,8 @@ from .._store.store import MIN_WRITE_CHARGE
 __all__ = ["Cache"]
 
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
+_REREAD: Any = object()  # (`Cache._decoded`: read the row again)
+_MISSED: Any = object()  # (`Cache._decoded`: a miss)
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
 )
@@ -81,6 +83,9 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
 
     # --- reads ----------------------------------------------------------------------------------
 
+    # Cache.get is one function of ~115 lines on purpose: the read path below the memory tier
+    # runs inline (each call a get makes costs ~0.1 us of a miss, measured); the memory tier's
+    # hit path is the tier's (`MemoryTier.hit`), a decode that needs the Disk `_decoded`.
     @typed_get
     def get(
         self,
@@ -168,23 +173,12 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
             else:
                 if filename is not None and not self._sized_files:
                     db_value = None  # the row's size (SELECT_VALUE): its own Disk gets NULL
-                try:
-                    value = self._disk.fetch(mode, filename, db_value, read)
-                except FileNotFoundError:  # replaced by another writer since the SELECT
+                value = self._decoded(key, (db_key, raw, mode, filename, db_value), read, races)
+                if value is _REREAD:  # its value file was replaced since the SELECT
                     races += 1
-                    if races < _FILE_RACE_RETRIES:
-                        continue  # read the row again
-                    if memory is not None:  # it kept changing under us: a miss, nothing kept
-                        memory.forget_key(db_key, raw)
-                    fill = None
-                    break
-                except Exception as exc:  # (only here: a row is judged when its decode failed)
-                    if not _dropped_unreadable(self, exc, (db_key, raw, mode, filename, db_value)):
-                        raise_decode_error(
-                            exc, self._disk, mode, filename, db_value, None, key,
-                            self._store.pool.path,
-                        )
-                    if memory is not None:
+                    continue
+                if value is _MISSED:
+                    if memory is not None:  # nothing kept
                         memory.forget_key(db_key, raw)
                     fill = None
                     break
@@ -212,6 +206,24 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         if expire_time or tag:
             return shape(default, None, None, expire_time, tag)
         return default
+
+    def _decoded(self, key: Any, row: tuple[Any, ...], read: bool, races: int) -> Any:
+        """The value of `row` (key, raw, mode, filename, value) as the Disk decodes it; or
+        _REREAD: its value file was replaced by another writer since the SELECT (read the row
+        again); or _MISSED: it reads as a miss (replaced again and again, or unreadable under
+        ``on_error='miss'``, and then dropped). Other decode failures raise, judged here only
+        (a row is judged when its decode failed)."""
+        _, _, mode, filename, db_value = row
+        try:
+            return self._disk.fetch(mode, filename, db_value, read)
+        except FileNotFoundError:
+            return _REREAD if races + 1 < _FILE_RACE_RETRIES else _MISSED
+        except Exception as exc:
+            if not _dropped_unreadable(self, exc, row):
+                raise_decode_error(
+                    exc, self._disk, mode, filename, db_value, None, key, self._store.pool.path
+                )
+            return _MISSED
 
     def __getitem__(self, key: Any) -> Any:
         """Return the value for `key`; KeyError when missing."""

@@ -21,6 +21,7 @@ from .._arguments import check_tag, check_time
 from .._errors import DiskCacheError, Timeout
 from .._settings import Settings
 from .._store.store import Store
+from .policies import DELETE_BY_POLICY, delete_by_policy
 from .sizecheck import SizeCheck
 
 __all__ = ["Evictor"]
@@ -255,7 +256,7 @@ class Evictor:
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
         count = self.expire(retry=retry)
-        delete = sql.delete_by_policy(self.settings.eviction_policy)
+        delete = delete_by_policy(self.settings.eviction_policy)
         if delete is None:
             return count
         self.flush_access_log()
@@ -294,9 +295,9 @@ class Evictor:
         or not; return how many. Timeout carries the count so far."""
         if type(count) is not int or count < 0:
             raise ValueError(f"count must be an int >= 0, not {count!r}")
-        delete = sql.delete_by_policy(self.settings.eviction_policy)
+        delete = delete_by_policy(self.settings.eviction_policy)
         if delete is None:
-            delete = sql.DELETE_BY_POLICY["least-recently-stored"]
+            delete = DELETE_BY_POLICY["least-recently-stored"]
         self.flush_access_log()  # the order is that of every read noted so far
         removed = 0
         try:

@@ -18,6 +18,7 @@ from .._store import schema as sql
 from .._store.connections import ThreadState
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .access import AccessLog
+from .policies import POLICIES, delete_by_policy
 
 __all__ = ["SizeCheck"]
 
@@ -31,7 +32,7 @@ _SPARING_DELETE = {
     name: "DELETE FROM Cache WHERE rowid IN ("
     + policy.cull.replace(" ORDER BY", _SPARED).replace("LIMIT ?", "LIMIT ?1")
     + ")"
-    for name, policy in sql.POLICIES.items()
+    for name, policy in POLICIES.items()
     if policy.cull is not None
 }
 _LAST_INSERT = "SELECT last_insert_rowid()"
@@ -75,7 +76,7 @@ class SizeCheck:
             with store.transaction() as state:
                 written = state.execute(_LAST_INSERT).fetchone()[0]  # (no statement below sets it)
                 state.execute(sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit)))
-                delete = sql.delete_by_policy(settings.eviction_policy)
+                delete = delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return False
                 volume = _volume(state)

@@ -29,16 +29,10 @@ from .._log import lost_file
 from .._errors import (
     DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
 )
-from .schema import (
-    NEW_VALUE_FUNCTION,
-    RELEASE_FUNCTION,
-    RELEASE_TRIGGERS,
-    VERSION_FUNCTION,
-    VERSION_INSERT_FUNCTION,
-    VERSION_TRIGGERS,
-    database_uri,
-    set_pragma,
+from .creation import (
+    RELEASE_FUNCTION, RELEASE_TRIGGERS, VERSION_FUNCTION, VERSION_INSERT_FUNCTION, VERSION_TRIGGERS,
 )
+from .schema import NEW_VALUE_FUNCTION, database_uri, set_pragma
 from .mapwatch import watch
 from .readonly import FetchedRows, ReadOnlyReader
 from .versions import change_recorder

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from . import schema as sql
+from .creation import create_or_migrate
 from .connections import ConnectionPool, PoolHooks
 from .dbfile import in_wal_mode, refuse_special_file
 from .._disk.disk import Disk
@@ -132,7 +133,7 @@ def open_database(
         if not stored:
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
         _set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"], setup_timeout)
-        _retry_setup(lambda: sql.create_or_migrate(con, stored, wanted), setup_timeout)
+        _retry_setup(lambda: create_or_migrate(con, stored, wanted), setup_timeout)
         level = wanted.get("disk_compress_level")
         if not stored and level is not None and _takes_compress_level(disk_type):
             # Also under python-diskcache's row name, which it passes to its Disk (JSONDisk's

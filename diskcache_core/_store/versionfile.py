@@ -34,10 +34,21 @@ from .._disk.ownership import PRIVATE, Ownership, ownership_of
 from .schema import database_uri
 
 __all__ = [
-    "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "WordsCell",
-    "open_versions", "remap_versions", "renew_versions", "versions_identity", "versions_intact",
-    "versions_lost_error", "weak_method", "write_locked",
-]  # fmt: skip
+    "BUCKETS",
+    "FILE_SIZE",
+    "HEADER_WORDS",
+    "LOST_WORDS",
+    "VERSION_FILE",
+    "WordsCell",
+    "open_versions",
+    "remap_versions",
+    "renew_versions",
+    "versions_identity",
+    "versions_intact",
+    "versions_lost_error",
+    "weak_method",
+    "write_locked",
+]
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once

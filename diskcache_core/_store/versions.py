@@ -9,7 +9,7 @@ the store's connections install them and its after-commit hook runs them: the st
 the tier above it.
 
 Writers. Every statement that inserts, changes (value or expiry) or deletes a row fires a
-  per-connection TEMP trigger (`_schema.VERSION_TRIGGERS`) that calls `change_recorder`'s
+  per-connection TEMP trigger (`creation.VERSION_TRIGGERS`) that calls `change_recorder`'s
   function with the row's key. That runs inside the statement, so under SQLite's write lock:
   writers' stores to ``pre`` are serialized. It stores a fresh random nonce ``n`` in the key's
   bucket's ``pre`` and remembers ``(bucket, n)`` in the thread's `Transaction` record. After the
