@@ -14,7 +14,6 @@ from store_helpers import wait_until
 
 import diskcache_core as dc
 from diskcache_core._store import handoff as _handoff
-from diskcache_core._store import store as _store
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -70,7 +69,7 @@ def _waiting(cache) -> bool:
 
 def test_a_waiting_writer_is_woken_by_the_release(tmp_path, monkeypatch):
     # No polling and a long timeout: only the holder's wake-up ends the wait in time.
-    monkeypatch.setattr(_store, "POLL_LIMIT", 600.0)
+    monkeypatch.setattr(_handoff, "POLL_LIMIT", 600.0)
     directory = str(tmp_path)
     cache = dc.Cache(directory, timeout=600)
     assert cache._store.handoff is not None and cache._store.pool.busy_wait == 0
@@ -96,7 +95,7 @@ def test_a_waiting_writer_is_woken_by_the_release(tmp_path, monkeypatch):
 
 
 def test_a_holder_in_another_thread_wakes_the_waiter(tmp_path, monkeypatch):
-    monkeypatch.setattr(_store, "POLL_LIMIT", 600.0)
+    monkeypatch.setattr(_handoff, "POLL_LIMIT", 600.0)
     cache = dc.Cache(str(tmp_path), timeout=600)
     held, release = threading.Event(), threading.Event()
 

@@ -180,24 +180,26 @@ class Store:
             state = self._state_for(retry, new_file)
         if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _mapwatch.py)
             self._recover_versions(state, new_file)
-        if state.txn.depth:
+        txn = state.txn
+        if txn.depth:
             self._check_joinable(state, new_file)
-            mark = len(state.txn.released)
+            mark = len(txn.released)
         else:
             mark = 0
             if _monotonic() >= state.opening.recheck_at:
                 state = self._recheck(state, retry, new_file)
+                txn = state.txn
         state.inserted = False
         try:
             cursor = state.execute(statement, params)
         except sqlite3.Error as exc:
             cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
-        if state.txn.depth:
+        if txn.depth:
             if new_file is not None:
-                state.txn.created.append(new_file)
+                txn.created.append(new_file)
             else:
-                state.txn.logged += charge
-            state.txn.charge += charge
+                txn.logged += charge
+            txn.charge += charge
             return cursor.rowcount, None
         # A value in a value file is not written to the WAL: only its row is.
         return cursor.rowcount, self._after_commit(state, charge, 0 if new_file else charge, spared)
@@ -319,17 +321,19 @@ class Store:
         handoff = self.handoff
         if handoff is not None and handoff.words[WAITING_WORD]:  # _released, inline: every write
             handoff.released()
-        published = state.txn.versions or None
+        txn = state.txn
+        published = txn.versions or None
         if published:
-            state.txn.versions = {}
+            txn.versions = {}
             words = self.words
             if words is not None:
                 for index, nonce in published.items():  # versions.publish, inline: every write
                     if words[index] == nonce:
                         words[index + 1] = nonce
-        if state.txn.released:
-            names = list(state.txn.released)
-            state.txn.released.clear()
+        released = txn.released
+        if released:
+            names = list(released)
+            released.clear()
             if self.names_reused:
                 for name in names:
                     _reaper.remove_now(self.disk, name)
