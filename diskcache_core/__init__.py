@@ -32,6 +32,9 @@ from ._errors import (
 )
 from ._recipes.memo import Memoized, memoize_stampede
 from ._memory.tier import MemoryStats
+from ._metrics import (
+    CacheMetrics, Evictions, Gets, HostCounts, MemoryMetrics, RemoteMetrics, Writes,
+)
 from ._collections.persistent import Deque, Index
 from ._recipes.ratelimit import Averager, throttle
 from ._recipes.locks import BoundedSemaphore, Lock, RLock, barrier
@@ -47,6 +50,7 @@ __all__ = [
     "Averager",
     "BoundedSemaphore",
     "Cache",
+    "CacheMetrics",
     "DEFAULT_SETTINGS",
     "DatabaseError",
     "Deque",
@@ -56,18 +60,23 @@ __all__ = [
     "ENOVAL",
     "EVICTION_POLICY",
     "EmptyDirWarning",
+    "Evictions",
     "FanoutCache",
     "FanoutStats",
     "FloatOverflowError",
+    "Gets",
+    "HostCounts",
     "Index",
     "JSONDisk",
     "Lock",
     "Memoized",
+    "MemoryMetrics",
     "MemoryStats",
     "RLock",
     "ReadOnlyCacheWarning",
     "ReadOnlyError",
     "RemoteError",
+    "RemoteMetrics",
     "RemoteOutcomeUnknownError",
     "RemoteUnavailableError",
     "RemoteUnsupportedError",
@@ -78,6 +87,7 @@ __all__ = [
     "UnknownFileWarning",
     "UnsafePickleError",
     "UnsafeValueFileError",
+    "Writes",
     "__version__",
     "barrier",
     "configure",

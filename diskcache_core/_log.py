@@ -86,6 +86,7 @@ class Outage:
         self._reported = False  # this outage's WARNING was written
         self._unreported = 0  # outages begun since the last WARNING, this one included
         self._lock = threading.Lock()
+        self.recoveries = 0  # outages that ended (a remote's reconnects, for its metrics)
 
     def failed(self, reason: str, began: float | None = None) -> None:
         """A failure: the outage begins (if it had not; at monotonic time `began`, if known
@@ -114,6 +115,7 @@ class Outage:
             if not began:
                 return
             self.down_since = 0.0
+            self.recoveries += 1
             reported = self._reported
         if reported:
             self._log.info("%s %s after %.1f s", self._what, self._up, now - began)

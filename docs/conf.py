@@ -26,7 +26,7 @@ version = release = diskcache_core.__version__
 # autodoc names a class in a signature or a base list by the private module it is defined in
 # (diskcache_core._cache.cache.Cache): `_public_targets` points such references at the public path.
 PUBLIC_NAMES = frozenset(diskcache_core.__all__)
-_PRIVATE_TARGET = re.compile(r"^diskcache_core\._[a-z_]+\.(\w+)$")
+_PRIVATE_TARGET = re.compile(r"^diskcache_core\._[a-z_]+(?:\.[a-z_]+)*\.([A-Za-z]\w*)$")
 
 
 def _public_targets(app, doctree) -> None:

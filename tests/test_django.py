@@ -718,6 +718,31 @@ def test_cache_page_view(cache):
     assert client.get("/cached/").content == b"cached 2"
 
 
+def test_metrics_view_scrapes_the_backend(cache):
+    """The /metrics view of docs/observing.rst: the backend's metrics in Prometheus's format."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client = Client()
+    assert client.get("/cached/").content == b"cached 1"
+    assert client.get("/cached/").content == b"cached 1"  # answered from the cache
+    assert cache.metrics().gets.hits >= 1
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    values = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+    hits = sum(
+        value for (name, labels), value in values.items()
+        if name == "diskcache_core_gets_total" and ("cache", "default") in labels
+        and ("result", "hit") in labels
+    )
+    assert hits == cache.metrics().gets.hits
+    assert values[("diskcache_core_items", (("cache", "default"),))] == len(cache.fanout)
+
+
 def test_cache_page_responses_are_shared_by_processes(cache, location):
     assert Client().get("/cached/").content == b"cached 1"
     script = textwrap.dedent("""

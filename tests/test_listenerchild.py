@@ -1,4 +1,4 @@
-"""The pipe between the listener and its refresher (diskcache_core/_listenerchild.py): whole
+"""The pipe between the listener and its refresher (diskcache_core/_remote/listenerprocess.py): whole
 names arrive, in order and in batches; the listener never blocks on it, and drops what a full
 pipe cannot take (those copies are only invalidated)."""
 

@@ -262,7 +262,7 @@ def _listener_of(pid: int) -> int | None:
                 command = file.read()
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
-        if parent == pid and b"_listenerchild" in command:
+        if parent == pid and b"_remote.listenerprocess" in command:
             return int(entry)
     return None
 

@@ -28,6 +28,7 @@ from .._eviction.evictor import STORE_TIME_BATCHED
 from .getforms import typed_get
 from .counters import check_delta, increment
 from .iteration import KeyIteration
+from .metrics import Observed
 from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
 from .._memory.tier import FILL, MISS
@@ -59,7 +60,7 @@ def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> b
     return True
 
 
-class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
+class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
     """Disk and file backed cache: one SQLite database and the value files beside it.
 
     With ``remote="redis://..."``, Redis holds the items and this directory is a near cache of
@@ -186,6 +187,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
                 memory.finish_fill(  # type: ignore[union-attr]
                     fill, value, db_value, mode, filename is not None, db_expire, db_key, raw
                 )
+            self._store.reads.found += 1
             if self._evictor.tracks_reads:
                 self._evictor.note_read(db_key, raw, True, now)
             if store_time:
@@ -199,6 +201,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin):
         if fill is not None:  # absence is kept only where no row is, not even an expired one
             known = statement is _SELECT_VALUE_EXPIRY and not rows
             memory.finish_fill_absent(fill, db_key, raw, known)  # type: ignore[union-attr]
+        self._store.reads.missed += 1
         if self._evictor.tracks_reads:
             self._evictor.note_read(db_key, raw, False, now)
         if store_time:

@@ -19,6 +19,7 @@ from .._store import schema as sql
 from .access import FINAL_WAIT, MAX_PENDING, schedule_flush
 from .._arguments import check_tag, check_time
 from .._errors import DiskCacheError, Timeout
+from .._metrics import EvictionCounts
 from .._settings import Settings
 from .._store.store import Store
 from .policies import DELETE_BY_POLICY, delete_by_policy
@@ -51,6 +52,8 @@ class Evictor:
         self._follow_access()
         # Under least-frequently-used, a write's key is spared by its own size check (`spares`).
         self.read_counts = self.access.read_column == "access_count"
+        # Items this process removed, by reason (metrics); the size check counts its own here.
+        self.removed: EvictionCounts = sizing.removed
         self.set_size_limit(settings.size_limit)
 
     # --- settings with derived state ----------------------------------------------------------
@@ -166,7 +169,8 @@ class Evictor:
             self._schedule()
 
     def note_removed(self, db_key: Any, raw: Any) -> None:
-        """`db_key` was removed: nothing to refresh for it any more."""
+        """`db_key` was removed (a delete or pop): nothing to refresh for it any more."""
+        self.removed.explicit += 1
         if self.access.column is not None:
             self.access.forget(db_key, raw)
 
@@ -225,8 +229,11 @@ class Evictor:
 
     # --- removals -------------------------------------------------------------------------------
 
-    def _delete_batches(self, statement: str, params: tuple[Any, ...], retry: bool) -> int:
-        """Run a batched DELETE until it removes nothing; Timeout carries the count so far."""
+    def _delete_batches(
+        self, statement: str, params: tuple[Any, ...], retry: bool, reason: str
+    ) -> int:
+        """Run a batched DELETE until it removes nothing; Timeout carries the count so far.
+        `reason`: the `EvictionCounts` field the removals count towards."""
         count = 0
         while True:
             try:
@@ -238,20 +245,21 @@ class Evictor:
                 self.return_free_pages()
                 return count
             count += removed
+            setattr(self.removed, reason, getattr(self.removed, reason) + removed)
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
         cutoff = time.time() if now is None else check_time("now", now)
-        return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry)
+        return self._delete_batches(sql.DELETE_EXPIRED, (cutoff,), retry, "expiry")
 
     def evict(self, tag: Any, retry: bool = False) -> int:
         """Remove every item with `tag`; return how many."""
         tag = check_tag(tag)
-        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry)
+        return self._delete_batches(sql.DELETE_TAGGED, (tag,), retry, "tag")
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item; return how many."""
-        return self._delete_batches(sql.DELETE_ANY, (), retry)
+        return self._delete_batches(sql.DELETE_ANY, (), retry, "explicit")
 
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
@@ -266,6 +274,7 @@ class Evictor:
                 if removed <= 0:
                     break
                 count += removed
+                self.removed.size += removed
         except Timeout:
             raise Timeout(count) from None
         _reaper.drain()
@@ -306,6 +315,7 @@ class Evictor:
                 if done <= 0:
                     break
                 removed += done
+                self.removed.count += done
         except Timeout:
             raise Timeout(removed) from None
         _reaper.drain()

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from .._errors import Timeout
+from .._metrics import EvictionCounts
 from .._settings import Settings
 from .._store import schema as sql
 from .._store.connections import ThreadState
@@ -45,6 +46,7 @@ class SizeCheck:
     def __init__(self, settings: Settings, access: AccessLog) -> None:
         self.settings = settings
         self.access = access
+        self.removed = EvictionCounts()  # items removed in this process, by reason (metrics)
         self.every = 2**20
         self.follow_limit()
 
@@ -72,10 +74,13 @@ class SizeCheck:
         flushing = access.flushing.acquire(blocking=False)
         batch = None
         over = False
+        expired = evicted = 0  # counted once the transaction has committed
         try:
             with store.transaction() as state:
                 written = state.execute(_LAST_INSERT).fetchone()[0]  # (no statement below sets it)
-                state.execute(sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit)))
+                expired = state.execute(
+                    sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit))
+                ).rowcount
                 delete = delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return False
@@ -88,8 +93,9 @@ class SizeCheck:
                     sparing = _SPARING_DELETE.get(settings.eviction_policy)
                     kept = (written, *(spared or _NOTHING_SPARED))
                     victims = (delete, ()) if sparing is None else (sparing, kept)
-                    over = self._evict_until_within(state, victims, volume, budget)
+                    over, evicted = self._evict_until_within(state, victims, volume, budget)
         except BaseException as exc:
+            expired = evicted = 0
             if batch is not None:  # not written: it goes out with the next flush
                 access.give_back(batch)
             if isinstance(exc, Timeout):
@@ -98,13 +104,16 @@ class SizeCheck:
         finally:
             if flushing:
                 access.flushing.release()
+            self.removed.expiry += max(expired, 0)
+            self.removed.size += evicted
         return over
 
     def _evict_until_within(
         self, state: ThreadState, victims: tuple[str, tuple[Any, ...]], volume: int, budget: int
-    ) -> bool:
+    ) -> tuple[bool, int]:
         """Evict victims in policy order (`victims`: the DELETE, and its parameters after the
-        count), stopping as soon as the volume is within size_limit; True while still over.
+        count), stopping as soon as the volume is within size_limit; True while still over,
+        and how many were evicted.
 
         One victim first; while removals lower the volume, as many average rows as the
         overshoot (so a small cache — a FanoutCache shard holds a fraction of the limit — does not
@@ -128,12 +137,12 @@ class SizeCheck:
             removed += count
             after = _volume(state)
             if after <= size_limit:
-                return False
+                return False, removed
             # A removal that freed nothing: the overshoot plus one interval's worth of average
             # rows; one that freed bytes: the overshoot's worth (no more than is needed).
             step = min(limit - removed, self._rows_to_free(state, after, after >= volume))
             volume = after
-        return True
+        return True, removed
 
     def _rows_to_free(self, state: ThreadState, volume: int, interval: bool) -> int:
         """How many average rows make up the overshoot (plus one check interval with

@@ -37,7 +37,9 @@ from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
 from .._errors import RemoteOutcomeUnknownError, RemoteUnavailableError, Timeout
+from .._metrics import CacheMetrics
 from .._cache.getforms import typed_get
+from .._cache.metrics import combined_metrics
 from .layout import (
     GOLDEN,
     LAYOUT_FILE,
@@ -478,6 +480,10 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, AsyncDataMixin):
             if reset:
                 self._timeouts = 0
         return FanoutStats(hits, misses, timeouts)
+
+    def metrics(self) -> CacheMetrics:
+        """The shards' `Cache.metrics` summed, each shard's own in ``shards``."""
+        return combined_metrics([shard.metrics() for shard in self._shards])
 
     async def aexpire(  # type: ignore[override]  # retry first, as python-diskcache's
         self, retry: bool = False, now: float | None = None

@@ -47,6 +47,8 @@ class Admission:
     def __init__(self, item_limit: int) -> None:
         self.hits = 0
         self.misses = 0
+        self.absent_hits = 0  # hits that answered "absent" (for `Cache.metrics`)
+        self.invalidated = 0  # entries found invalidated by a write (likewise)
         self.recent: set[int] = set()
         self.forget_after = item_limit
         self.forget_at = item_limit

@@ -52,6 +52,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple, Protocol
 
 from .._disk.disk import UNSTORABLE, as_read_back
+from .._metrics import MemoryStats
 from .._store.versions import pre_index
 from .admission import Admission
 
@@ -66,17 +67,6 @@ IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
 
 
 # --- the in-process map --------------------------------------------------------------------------
-
-
-class MemoryStats(NamedTuple):
-    """What `Cache.memory_stats` returns: this process's memory tier of one cache."""
-
-    hits: int  #: gets and ``in`` tests answered from memory
-    misses: int  #: gets that went to SQLite while the tier was on
-    items: int  #: entries held now
-    size: int  #: bytes counted for them (keys, values and a fixed overhead per entry)
-    size_limit: int  #: memory_size_limit
-    item_limit: int  #: memory_item_limit
 
 
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__slots__": ()})()
@@ -185,6 +175,9 @@ class MemoryTier:
         self.local = local
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self.size = 0
+        # For `Cache.metrics`: entries kept (hits that answered "absent", and entries found
+        # invalidated by a write, are counted by `admission`: the hit path counts them too).
+        self.fills = 0
         self.lock = threading.Lock()
         self.size_limit = size_limit
         self.item_limit = item_limit
@@ -224,6 +217,17 @@ class MemoryTier:
     def misses(self) -> int:
         """Gets that read the store while the tier was on."""
         return self.admission.misses
+
+    @property
+    def absent_hits(self) -> int:
+        """Hits that answered "absent" (for `Cache.metrics`)."""
+        return self.admission.absent_hits
+
+    @property
+    def invalidated(self) -> int:
+        """Entries found invalidated by a write, of any process (for `Cache.metrics`): counted
+        on the miss path only, as misses are (with `admits_reads`, by `begin_fill`)."""
+        return self.admission.invalidated
 
     def count_miss(self) -> None:
         """A get the hit path was not asked for read the store (a tier without `admits_reads`)."""
@@ -282,6 +286,8 @@ class MemoryTier:
                         tier.hit = tier._skipping  # the next `gap` gets skip the map
                 return MISS
             if words[entry.word] != entry.tag:
+                if not admits:  # (else `begin_fill` counts it, as it counts the miss)
+                    admission.invalidated += 1
                 return stale
             expires = entry.expire_time
             if expires is not None and expires <= time.time():
@@ -299,6 +305,7 @@ class MemoryTier:
             if mode is None:
                 return entry.stored
             if mode is ABSENT:
+                admission.absent_hits += 1
                 return default
             return fetch(mode, None, entry.stored, False)
 
@@ -330,7 +337,10 @@ class MemoryTier:
         recently used (``in`` does not). For ``in``; a get asks `hit`."""
         map_key = self.key_for(key)
         entry = self.entries.get(map_key)
-        if entry is None or self.words[entry.word] != entry.tag:
+        if entry is None:
+            return None
+        if self.words[entry.word] != entry.tag:
+            self.admission.invalidated += 1
             return None
         expires = entry.expire_time
         if expires is not None and expires <= time.time():
@@ -364,6 +374,7 @@ class MemoryTier:
             return None  # (a connection to a database removed while open: not the tier's)
         entry = self.entries.get(map_key)
         if entry is not None:
+            self.admission.invalidated += self.words[entry.word] != entry.tag  # (else expired)
             index: int | None = entry.word
         elif self.admission.seen_lately(map_key):
             index = pre_index(db_key)  # None: a key of a type the tier does not keep
@@ -505,6 +516,7 @@ class MemoryTier:
             self.discard(map_key)
             return
         entry = Entry(stored, fetch_mode, index, tag, expire_time, db_key, raw, nbytes)
+        self.fills += 1
         entries = self.entries
         with self.lock:
             old = entries.get(map_key)

@@ -28,6 +28,7 @@ from redis.retry import Retry
 from .._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableError
 from .._log import REMOTE as _LOG
 from .._log import outage_for
+from .._metrics import CommandCounts
 from .form import expiry_header, tag_fields
 from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
@@ -66,6 +67,7 @@ end
 return 0
 """
 _SCAN_COUNT = 500
+_BATCH = 500  # names per pipeline in clear and evict (`each_batch`)
 _PXAT_MAX = 2**53  # ms (the year 287,396): an expiry past it is kept without a Redis TTL
 # What redis-py raises: RedisClusterException (a cluster it cannot reach or log in to) is not
 # a RedisError.
@@ -116,6 +118,7 @@ class RemoteStore:
         # Reachability as this process sees it, shared by every store of the URL (_log.py).
         self._outage = outage_for(_LOG, _outage_name(self.url))
         self.timeout = timeout
+        self.sent = CommandCounts()  # commands sent and failed, for `Cache.metrics`
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
         options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
@@ -137,6 +140,11 @@ class RemoteStore:
         self._touch = self.client.register_script(_TOUCH)
         self._evict_tag = self.client.register_script(_EVICT_TAG)
 
+    @property
+    def reconnects(self) -> int:
+        """Times the remote answered again after an outage (per URL in this process)."""
+        return self._outage.recoveries
+
     def name(self, encoded_key: bytes) -> bytes:
         return self.prefix + encoded_key
 
@@ -147,9 +155,11 @@ class RemoteStore:
         left raises `RemoteOutcomeUnknownError` (`_request_left`). `many`: the call sends
         several commands (a pipeline), so only a failure before anything was sent is certain.
         """
+        self.sent.commands += 1
         try:
             result = function()
         except _REDIS_ERRORS as exc:
+            self.sent.errors += 1
             raise _translated(exc, self.url, write, many) from exc
         if self._outage.down_since:
             self._outage.recovered()
@@ -161,9 +171,11 @@ class RemoteStore:
     # several microseconds of argument handling per call.
 
     def get(self, name: bytes) -> bytes | None:
+        self.sent.commands += 1
         try:
             data: bytes | None = self.client.execute_command("GET", name)
         except _REDIS_ERRORS as exc:
+            self.sent.errors += 1
             raise _translated(exc, self.url) from exc
         if self._outage.down_since:
             self._outage.recovered()
@@ -175,9 +187,11 @@ class RemoteStore:
             return []
         if self.cluster:
             return self.call(lambda: self.client.mget_nonatomic(names))
+        self.sent.commands += 1
         try:
             found: list[bytes | None] = self.client.execute_command("MGET", *names)
         except _REDIS_ERRORS as exc:
+            self.sent.errors += 1
             raise _translated(exc, self.url) from exc
         if self._outage.down_since:
             self._outage.recovered()
@@ -191,18 +205,22 @@ class RemoteStore:
             args += ("PXAT", pxat)
         if only_new:
             args += ("NX",)
+        self.sent.commands += 1
         try:
             stored = bool(self.client.execute_command(*args))
         except _REDIS_ERRORS as exc:
+            self.sent.errors += 1
             raise _translated(exc, self.url, "add" if only_new else "set") from exc
         if self._outage.down_since:
             self._outage.recovered()
         return stored
 
     def delete(self, name: bytes) -> bool:
+        self.sent.commands += 1
         try:
             removed = bool(self.client.execute_command("DEL", name))
         except _REDIS_ERRORS as exc:
+            self.sent.errors += 1
             raise _translated(exc, self.url, "delete") from exc
         if self._outage.down_since:
             self._outage.recovered()
@@ -246,6 +264,23 @@ class RemoteStore:
             yield from self.call(
                 lambda: list(self.client.scan_iter(match=pattern, count=_SCAN_COUNT))
             )
+
+    def each_batch(self, action: Callable[[list[bytes]], int]) -> int:
+        """`action` on the prefix's names, a batch at a time; the total it returned. Should
+        Redis fail midway, the error raised says in ``args[0]`` how many were removed before
+        (as `Timeout` does for a bulk removal); a `RemoteOutcomeUnknownError` when the failed
+        batch may have been applied, part or whole."""
+        total = 0
+        batch: list[bytes] = []
+        try:
+            for name in self.names():
+                batch.append(name)
+                if len(batch) >= _BATCH:
+                    total += action(batch)
+                    batch = []
+            return total + int(action(batch))
+        except RemoteUnavailableError as exc:
+            raise type(exc)(total, f"{exc} ({total} removed before)") from exc
 
     def delete_names(self, names: list[bytes]) -> int:
         if not names:

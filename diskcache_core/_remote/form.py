@@ -11,15 +11,17 @@ a name in a stamp bucket of the host's stamp file.
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zlib
 from typing import Any, NamedTuple
 
+from .._disk.disk import MODE_BINARY, MODE_PICKLE, MODE_RAW, Disk
 from .._errors import RemoteError
 
 __all__ = [
     "Item", "decode_item", "decode_key", "encode_item", "encode_key", "expiry_header",
-    "stamp_hash", "tag_fields",
+    "serialized", "stamp_hash", "tag_fields",
 ]
 
 _FORMAT = 1
@@ -182,3 +184,34 @@ def expiry_header(expire_time: float | None) -> bytes:
 def stamp_hash(name: bytes) -> int:
     """The hash that places a Redis name (without prefix) in a stamp bucket."""
     return zlib.crc32(name)
+
+
+def serialized(
+    disk: Disk, native_numbers: bool, directory: str, key: Any, value: Any, read: bool
+) -> tuple[int, Any]:
+    """``(mode, inline value)`` of a value for Redis: never a value file (a value the Disk
+    writes to one in `directory` is read back from it, and the file removed). `native_numbers`:
+    the Disk stores and fetches as the standard one does (numbers, text, bytes as they are)."""
+    if read:
+        read_chunk = getattr(value, "read", None)
+        if read_chunk is None:
+            raise TypeError(f"read=True needs a binary file object, not {type(value).__name__}")
+        return MODE_BINARY, read_chunk()
+    if native_numbers:
+        kind = type(value)
+        if kind is bytes or kind is str or (kind is float and value == value) or (
+            kind is int and -_INT64 <= value < _INT64
+        ):
+            if kind is str:
+                value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
+            return MODE_RAW, value
+        return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
+    size, mode, filename, db_value = disk.store(value, False, key=key)
+    if filename is None:
+        return mode, db_value
+    path = os.path.join(directory, filename)
+    try:
+        with open(path, "rb") as handle:
+            return mode, handle.read()
+    finally:
+        disk.remove(path)

@@ -183,6 +183,16 @@ class RemoteWords:
     def lease_valid(self) -> bool:
         return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
 
+    def lease_state(self) -> tuple[bool, float, int]:
+        """For metrics: whether the lease is valid now, the seconds it is still good for (0.0
+        once lapsed), and the listener's pid (0: none has written it; all three when closed)."""
+        try:
+            remaining, pid = self.lease[0] - time.time(), int(self.words[2])
+        except ValueError:  # closed: its views are released
+            return False, 0.0, 0
+        valid = 0.0 < remaining <= LEASE_AHEAD
+        return valid, remaining if valid else 0.0, pid
+
     def set_lease(self, until: float) -> None:
         self._guard()
         self.lease[0] = until

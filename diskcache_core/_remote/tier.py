@@ -21,14 +21,13 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 from .._store import schema as sql
 from .._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
-from .._disk.disk import DELETE, ENOVAL, KEEP, MODE_BINARY, MODE_PICKLE, MODE_RAW, Disk
-from .._errors import (
-    DiskCacheError, RemoteOutcomeUnknownError, RemoteUnavailableError, RemoteUnsupportedError,
-)
+from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
+from .._errors import DiskCacheError, RemoteOutcomeUnknownError, RemoteUnsupportedError
 from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, MISS, MemoryTier
+from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
-from .form import decode_item, decode_key, encode_item, encode_key, stamp_hash
+from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, RemoteWords
 from .._settings import REMOTE_DEFAULTS
 from .._store.store import MIN_WRITE_CHARGE, Store
@@ -36,8 +35,6 @@ from .._store.versionfile import weak_method
 
 __all__ = ["RemoteTier"]
 
-_BATCH = 500  # names per pipeline in clear and evict
-_INT64 = 2**63
 _REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
 _T = TypeVar("_T")
 
@@ -61,6 +58,8 @@ class RemoteTier:
         )
         self._words = RemoteWords(directory, self._remote.prefix)
         self._memory: MemoryTier | None = None
+        # For `Cache.metrics`: gets below the memory tier by who answered; removals from Redis.
+        self.answered, self.removed = RemoteCounts(), EvictionCounts()
         self._remapped()  # (the stamp words' views)
         self._words.on_remap.append(weak_method(self._remapped))  # (weak: no cycle)
         self._refresh = bool(options["remote_refresh"])
@@ -133,6 +132,7 @@ class RemoteTier:
         if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
             found = self._local_copy(db_key, raw, index, read, now)
             if found is not None:
+                self.answered.local += 1
                 value, expires = found
                 return shape(value, expires, None, expire_time, False)
         self._check_listener()
@@ -142,11 +142,13 @@ class RemoteTier:
         if item is not None and item.expire_time is not None and item.expire_time <= time.time():
             item = None  # Redis's clock has not caught up with ours yet
         if item is None:
+            self.answered.missed += 1
             if memory is not None and not (read or expire_time or tag):
                 map_key = memory.map_key(db_key, raw)
                 if map_key is not None:
                     memory.store(map_key, None, ABSENT, index, stamp, None, db_key, raw)
             return shape(default, None, None, expire_time, tag)
+        self.answered.found += 1
         value = disk.fetch(item.mode, None, item.db_value, read)
         if self._stamps[index] == stamp:
             self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
@@ -263,33 +265,6 @@ class RemoteTier:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def _serialize(self, key: Any, value: Any, read: bool) -> tuple[int, Any]:
-        """``(mode, inline value)`` of a value for Redis: never a value file."""
-        disk = self._disk
-        if read:
-            read_chunk = getattr(value, "read", None)
-            if read_chunk is None:
-                raise TypeError(f"read=True needs a binary file object, not {type(value).__name__}")
-            return MODE_BINARY, read_chunk()
-        if self._native_numbers:
-            kind = type(value)
-            if kind is bytes or kind is str or (kind is float and value == value) or (
-                kind is int and -_INT64 <= value < _INT64
-            ):
-                if kind is str:
-                    value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, as SQLite
-                return MODE_RAW, value
-            return MODE_PICKLE, disk._dumps(value)  # noqa: SLF001 - the Disk's own pickling
-        size, mode, filename, db_value = disk.store(value, False, key=key)
-        if filename is None:
-            return mode, db_value
-        path = os.path.join(self._directory, filename)
-        try:
-            with open(path, "rb") as handle:
-                return mode, handle.read()
-        finally:
-            disk.remove(path)
-
     def store_item(
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
     ) -> bool:
@@ -300,7 +275,9 @@ class RemoteTier:
         if tag is not None:
             tag = check_tag(tag)
         try:
-            mode, db_value = self._serialize(key, value, read)
+            mode, db_value = serialized(
+                self._disk, self._native_numbers, self._directory, key, value, read
+            )
         except UnicodeEncodeError:
             check_bindable("value", value)
             raise
@@ -343,6 +320,7 @@ class RemoteTier:
         name, full = self._name(key)
         removed = self._written(name, lambda: self._remote.delete(full))
         self._bump(name)
+        self.removed.explicit += removed
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
@@ -350,6 +328,7 @@ class RemoteTier:
         name, full = self._name(key)
         data = self._written(name, lambda: self._remote.pop(full))
         self._bump(name)
+        self.removed.explicit += data is not None
         item = None if data is None else decode_item(data)
         if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
             return shape(default, None, None, expire_time, tag)
@@ -403,7 +382,9 @@ class RemoteTier:
                 else:
                     expires = None if expire is None else expire_at(time.time(), expire)
                 keep_tag = None if item is None else item.tag
-                mode, db_value = self._serialize(key, value, False)
+                mode, db_value = serialized(
+                    self._disk, self._native_numbers, self._directory, key, value, False
+                )
                 new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
             if self._written(name, lambda: remote.compare_and_set(full, old, new, expires)):
                 self._bump(name)
@@ -414,34 +395,30 @@ class RemoteTier:
     def clear(self) -> int:
         """Remove every item under the prefix from Redis; the count removed. Items written while
         it runs may stay. (The facade then clears this host's copies.)"""
-        removed = self._each_batch(self._remote.delete_names)
-        self._words.renew_all()
+        try:
+            removed = self._remote.each_batch(self._remote.delete_names)
+        finally:  # (after a failure too: a batch whose outcome is unknown may yet be applied)
+            self._words.renew_all()
+        self.removed.explicit += removed
         return removed
 
     def evict(self, tag: Any) -> int:
         """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
         tag = check_tag(tag)
-        removed = self._each_batch(lambda names: self._remote.evict_tag(names, tag))
-        self._words.renew_all()
+        try:
+            removed = self._remote.each_batch(lambda names: self._remote.evict_tag(names, tag))
+        finally:
+            self._words.renew_all()
+        self.removed.tag += removed
         return removed
 
-    def _each_batch(self, action: Callable[[list[bytes]], int]) -> int:
-        """`action` on the prefix's names, a batch at a time; the total it returned. Should
-        Redis fail midway, the error raised says in ``args[0]`` how many were removed before
-        (as `Timeout` does for a bulk removal); a `RemoteOutcomeUnknownError` when the failed
-        batch may have been applied, part or whole."""
-        total = 0
-        batch: list[bytes] = []
-        try:
-            for name in self._remote.names():
-                batch.append(name)
-                if len(batch) >= _BATCH:
-                    total += action(batch)
-                    batch = []
-            return total + int(action(batch))
-        except RemoteUnavailableError as exc:
-            self._words.renew_all()  # (a batch whose outcome is unknown may yet be applied)
-            raise type(exc)(total, f"{exc} ({total} removed before)") from exc
+    def metrics(self) -> RemoteMetrics:
+        """The remote as this process sees it now: commands, errors, reconnects, the lease."""
+        valid, remaining, pid = self._words.lease_state()
+        sent = self._remote.sent
+        return RemoteMetrics(
+            sent.commands, sent.errors, self._remote.reconnects, valid, remaining, pid
+        )
 
     # --- what a remote cannot do ----------------------------------------------------------------
 

@@ -34,12 +34,13 @@ import platform
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from typing import Callable
 
 from .._errors import is_busy
+from .._metrics import WriteCounts
 
 __all__ = [
-    "COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff", "when_free",
+    "COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff", "wait_for_lock",
 ]
 
 COUNTER_WORD = 2  # version-file header word: bumped by a releaser that saw the flag
@@ -130,23 +131,26 @@ def lock_handoff(words: memoryview | None) -> LockHandoff | None:
         return None
 
 
-def when_free(
+def wait_for_lock(
     handoff: LockHandoff | None, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error,
-    retry: bool, limit: float,
+    retry: bool, limit: float, counts: WriteCounts,
 ) -> sqlite3.Cursor:
-    """After `attempt` (a statement that takes the write lock) failed as busy with `exc`:
-    its result once it gets the lock, trying again until it has waited `limit` seconds — for
-    ever with `retry`. Raises the last busy error when it gives up.
+    """After `attempt` (a statement that takes the write lock) failed as busy with `exc`: its
+    result once it gets the lock, trying again until it has waited `limit` seconds (the
+    cache's timeout) — for ever with `retry`. Raises the last busy error when it gives up.
+    Each wait, and each give-up, is counted in `counts` (the Store's, for `Cache.metrics`).
 
-    With the lock handoff the waits end when the lock is released; without it SQLite's
-    busy handler has already waited the whole timeout in `attempt`.
+    With the lock handoff the waits end when the lock is released; without it (`handoff`
+    None) SQLite's busy handler has already waited the whole timeout in `attempt`.
     """
+    counts.lock_waits += 1
     if handoff is None:
         while retry and is_busy(exc):
             try:
                 return attempt()
             except sqlite3.Error as again:
                 exc = again
+        counts.give_ups += is_busy(exc)
         raise exc
     waited = 0.0
     while True:
@@ -160,10 +164,11 @@ def when_free(
         pause = min(limit - waited, POLL_LIMIT)
         if pause <= 0.0:
             if not retry:
+                counts.give_ups += 1
                 raise exc
             pause = POLL_LIMIT
         start = time.monotonic()
         handoff.wait(seen, pause)
-        # Count at most the pause asked for: time this process then waited for a CPU is
-        # not time spent waiting for the lock (SQLite's busy handler counts likewise).
+        # Count at most the pause asked for: time this process then waited for a CPU is not
+        # time spent waiting for the lock (SQLite's busy handler counts likewise).
         waited += min(time.monotonic() - start, pause)

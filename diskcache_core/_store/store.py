@@ -2,7 +2,7 @@
 one after-commit hook.
 
 A write runs as one autocommit statement, or inside `transaction`. A write that finds the write
-lock taken waits for it in `_when_free` (woken by the lock handoff where the platform has one,
+lock taken waits for it in `wait_for_lock` (woken by the lock handoff where the platform has one,
 see _handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
 bumped (the triggers record them in ``state.txn.versions``; see versions.py), hand the value files
@@ -28,8 +28,9 @@ from .._disk.disk import Disk
 from .._errors import (
     DatabaseError, is_busy, is_readonly_rollback, read_only_error, translate_sqlite_error,
 )
-from .handoff import WAITING_WORD, LockHandoff, lock_handoff, when_free
+from .handoff import WAITING_WORD, LockHandoff, lock_handoff, wait_for_lock
 from .versions import publish
+from .._metrics import ReadCounts, WriteCounts
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
 __all__ = ["MIN_WRITE_CHARGE", "SizeBudget", "Store", "Written", "weakly"]
@@ -113,6 +114,8 @@ class Store:
         self.handoff = handoff
         if handoff is not None:
             pool.busy_wait = 0.0
+        # For `Cache.metrics`: the facade's reads of the database, and the waits for its lock.
+        self.reads, self.writes = ReadCounts(), WriteCounts()
 
     def state(self, retry: bool = False, wait: float | None = None) -> ThreadState:
         """This thread's connection state (opened on first use; see `ConnectionPool.state`)."""
@@ -263,7 +266,10 @@ class Store:
     ) -> sqlite3.Cursor:
         if is_busy(exc) and not state.txn.depth:
             try:
-                return self._when_free(lambda: state.execute(statement, params), exc, retry)
+                return wait_for_lock(
+                    self.handoff, lambda: state.execute(statement, params), exc, retry,
+                    self.timeout, self.writes,
+                )
             except sqlite3.Error as again:
                 exc = again
         if not state.txn.depth and not state.con.in_transaction:
@@ -293,16 +299,6 @@ class Store:
             if new_file is not None:
                 self.remove_file(new_file)
             raise DatabaseError(_ABORTED)
-
-    def _when_free(
-        self, attempt: Callable[[], sqlite3.Cursor], exc: sqlite3.Error, retry: bool,
-        timeout: float | None = None,
-    ) -> sqlite3.Cursor:
-        """After `attempt` (a statement that takes the write lock) failed as busy with `exc`:
-        its result once it gets the lock (`handoff.when_free`), waiting `timeout` (the cache's)
-        — for ever with `retry`."""
-        limit = self.timeout if timeout is None else timeout
-        return when_free(self.handoff, attempt, exc, retry, limit)
 
     def _released(self) -> None:
         """This thread's connection released the write lock: pass it on to a waiting writer."""
@@ -498,7 +494,10 @@ class Store:
             except sqlite3.Error as exc:
                 if not is_busy(exc):
                     raise
-                self._when_free(lambda: state.execute(begin), exc, retry, timeout)
+                wait_for_lock(
+                    self.handoff, lambda: state.execute(begin), exc, retry,
+                    self.timeout if timeout is None else timeout, self.writes,
+                )
         finally:
             if timeout is not None and self.handoff is None:
                 state.execute(set_pragma("busy_timeout", int(self.pool.busy_wait * 1000)))

@@ -55,7 +55,7 @@ from django.core.cache.backends.base import (
     InvalidCacheKey,
 )
 
-from .. import ENOVAL, Cache, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
+from .. import ENOVAL, Cache, CacheMetrics, Disk, FanoutCache, RemoteOutcomeUnknownError, Timeout
 from .._arguments import float_seconds
 from .._cache.awaitable import run_sync
 from .._recipes.memo import MemoizeDecorator, Memoized
@@ -438,6 +438,10 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     def drop_tag_index(self) -> None:
         """Drop the tag index."""
         self._fanout.drop_tag_index()
+
+    def metrics(self) -> CacheMetrics:
+        """The FanoutCache's `metrics` (:doc:`observing`); ``cache(name)`` is a named cache."""
+        return self._fanout.metrics()
 
     def cache(self, name: str, timeout: float = 60, disk: type[Disk] | None = None,
               **settings: Any) -> Cache:

@@ -9,4 +9,5 @@ urlpatterns = [
     path("cached/", views.cached),
     path("fragment/", views.fragment),
     path("visits/", views.visits),
+    path("metrics", views.metrics),
 ]

@@ -40,3 +40,22 @@ def visits(request: HttpRequest) -> HttpResponse:
     """Counts the visits of one browser in its session (stored in the cache)."""
     request.session["visits"] = request.session.get("visits", 0) + 1
     return HttpResponse(f"visits {request.session['visits']}")
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The metrics of every cache of ours in CACHES, for Prometheus to scrape (the example of
+    docs/observing.rst)."""
+    from django.conf import settings
+    from django.core.cache import caches
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    from diskcache_core.contrib.prometheus import CacheCollector
+
+    ours = {
+        alias: caches[alias]
+        for alias, entry in settings.CACHES.items()
+        if entry["BACKEND"].startswith("diskcache_core.")
+    }
+    registry = CollectorRegistry()
+    registry.register(CacheCollector(ours))
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,245 @@
+"""`Cache.metrics()` and `FanoutCache.metrics()`: each tier's counts, the host-wide counts, and
+the remote's (docs/observing.rst)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import diskcache_core
+from diskcache_core import (
+    Cache, CacheMetrics, Evictions, FanoutCache, Gets, RemoteUnavailableError, Timeout,
+)
+
+from redis_servers import RedisTestServer, redis_missing
+
+WAIT = 30.0  # seconds at most for a condition another thread or process makes true
+
+
+def eventually(check, deadline=WAIT):
+    limit = time.monotonic() + deadline
+    while time.monotonic() < limit:
+        if check():
+            return
+        time.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
+def test_snapshot_is_frozen_and_typed(store):
+    metrics = store.metrics()
+    assert isinstance(metrics, CacheMetrics)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        metrics.fills = 1  # type: ignore[misc]
+    assert metrics.remote is None and metrics.shards == ()
+    assert metrics.gets == Gets() and metrics.gets.hit_ratio is None
+
+
+def test_gets_by_answering_tier(make_store):
+    cache = make_store()
+    cache["k"] = "v"
+    assert cache.get("k") == "v"  # kept by the write: a memory hit
+    assert cache.get("k") == "v"
+    assert cache.get("absent") is None  # the database: no row
+    assert cache.get("absent") is None  # seen lately now: its absence is kept
+    assert cache.get("absent") is None  # the memory tier answers "absent": a miss
+    gets = cache.metrics().gets
+    assert (gets.memory, gets.database, gets.remote, gets.misses) == (2, 0, 0, 3)
+    assert gets.hits == 2 and gets.hit_ratio == pytest.approx(2 / 5)
+
+    plain = make_store(memory_size_limit=0)  # no memory tier: the database answers
+    assert plain.get("k") == "v" and plain.get("nothing") is None
+    gets = plain.metrics().gets
+    assert (gets.memory, gets.database, gets.misses) == (0, 1, 1)
+    assert plain.metrics().fills == 0 and plain.metrics().memory.items == 0
+
+
+def test_fills_and_invalidations_received(make_store):
+    reader, writer = make_store(), make_store()
+    writer["k"] = 1
+    assert reader.get("k") == 1 and reader.get("k") == 1  # noted, then read and kept
+    assert reader.metrics().fills == 1
+    assert reader.get("k") == 1
+    assert reader.metrics().gets.memory == 1
+    writer["k"] = 2  # another object (as another process would): invalidates reader's entry
+    assert reader.get("k") == 2
+    metrics = reader.metrics()
+    assert metrics.invalidations == 1
+    assert metrics.gets.database == 3 and metrics.gets.memory == 1
+    assert "k" in reader and reader.metrics().invalidations == 1  # kept again by that read
+
+
+def test_evictions_by_reason(make_store):
+    cache = make_store(disk_min_file_size=0, size_limit=2**20)
+    for number in range(6):
+        cache.set(f"t{number}", number, tag="group")
+    assert cache.evict("group") == 6
+    cache.set("e", 1, expire=1e-6)
+    time.sleep(0.01)
+    assert cache.expire() == 1
+    for number in range(5):
+        cache[f"k{number}"] = number
+    assert cache.delete("k0") and cache.pop("k1") == 1
+    del cache["k2"]
+    assert cache.evict_items(1) == 1
+    assert cache.clear() == 1
+    assert cache.metrics().evictions == Evictions(size=0, count=1, expiry=1, tag=6, explicit=4)
+
+
+def test_size_evictions_match_what_left(make_store):
+    cache = make_store(size_limit=200_000, disk_min_file_size=1024, eviction_policy="least-recently-stored")
+    for number in range(40):
+        cache.set(number, b"x" * 20_000)
+    cache.cull()
+    evictions = cache.metrics().evictions
+    assert evictions.size > 0
+    assert evictions.size == 40 - len(cache)
+    assert (evictions.count, evictions.expiry, evictions.tag, evictions.explicit) == (0, 0, 0, 0)
+
+
+def test_host_counts_are_the_databases(make_store):
+    first, second = make_store(statistics=1), make_store()
+    first.set("big", b"b" * 100_000)
+    first["small"] = 1
+    first.get("small")
+    first.get("missing")
+    second.flush_access_log()
+    host = second.metrics().host  # another object of the host sees the same counts
+    assert (host.count, host.value_file_bytes) == (2, 100_000)
+    first.flush_access_log()
+    host = second.metrics().host
+    assert (host.hits, host.misses) == (1, 1)
+    assert second.metrics().gets == Gets()  # its own gets: none
+
+
+def test_lock_waits_and_give_ups(make_store):
+    holder = make_store()
+    writer = make_store(timeout=0.05)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with holder.transact():
+            holder["held"] = 1
+            entered.set()
+            release.wait(WAIT)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert entered.wait(WAIT)
+        with pytest.raises(Timeout):
+            writer.set("k", 1)
+        writes = writer.metrics().writes
+        assert (writes.lock_waits, writes.give_ups) == (1, 1)
+    finally:
+        release.set()
+        thread.join()
+    patient = make_store(timeout=WAIT)
+    entered.clear()
+    release.clear()
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert entered.wait(WAIT)
+        done = threading.Thread(target=patient.set, args=("k", 2))
+        done.start()
+        eventually(lambda: patient.metrics().writes.lock_waits == 1)
+    finally:
+        release.set()
+        thread.join()
+    done.join(WAIT)
+    assert patient["k"] == 2
+    assert patient.metrics().writes.give_ups == 0
+
+
+def test_fanout_sums_shards_and_keeps_each(tmp_path):
+    with FanoutCache(str(tmp_path / "f"), shards=4) as cache:
+        for number in range(20):
+            cache[number] = number
+        for number in range(20):
+            assert cache.get(number) == number
+        assert cache.get("missing") is None
+        assert cache.delete(3)
+        metrics = cache.metrics()
+        assert len(metrics.shards) == 4
+        assert metrics.gets.memory == 20 and metrics.gets.misses == 1
+        assert sum(shard.gets.memory for shard in metrics.shards) == 20
+        assert metrics.evictions.explicit == 1
+        assert metrics.host.count == 19 == sum(shard.host.count for shard in metrics.shards)
+        assert metrics.memory.items == sum(shard.memory.items for shard in metrics.shards)
+        stats = cache.memory_stats()
+        assert (stats.hits, stats.items) == (20, metrics.memory.items)  # memory_stats still works
+
+
+def test_backends_reach_metrics(tmp_path):
+    from diskcache_core.contrib.flask import DiskCache
+
+    flask_cache = DiskCache(str(tmp_path / "flask"))
+    flask_cache.set("k", 1)
+    assert flask_cache.get("k") == 1
+    assert flask_cache.cache.metrics().gets.hits == 1
+
+
+def test_import_loads_no_exporter_library():
+    code = (
+        "import sys, diskcache_core, diskcache_core.contrib\n"
+        "c = diskcache_core.Cache(); c['k'] = 1; c.metrics()\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in"
+        " ('prometheus_client', 'opentelemetry')))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, timeout=120)  # fmt: skip
+    assert out.stdout.strip() == "[]"
+
+
+# --- with a remote ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+def test_remote_counts_commands_errors_reconnects_and_lease(tmp_path):
+    with RedisTestServer() as server:
+        options = {"remote": server.url, "remote_prefix": f"m-{uuid.uuid4().hex[:8]}:",
+                   "remote_timeout": 0.3}  # fmt: skip
+        cache = Cache(str(tmp_path / "host"), **options)
+        try:
+            eventually(lambda: cache.metrics().remote.lease_valid)
+            cache.set("k", 1)
+            assert cache.get("missing") is None
+            assert cache.delete("k")
+            metrics = cache.metrics()
+            remote = metrics.remote
+            assert remote.commands >= 3 and remote.errors == 0
+            assert remote.listener_pid > 0 and 0.0 < remote.lease_remaining
+            assert metrics.gets.misses == 1 and metrics.evictions.explicit == 1
+            cache.set("k", 2)
+            other = Cache(str(tmp_path / "other"), **options)
+            try:
+                assert other.get("k") == 2
+                assert other.metrics().gets.remote == 1
+            finally:
+                other.close()
+            server.pause()
+            try:
+                with pytest.raises(RemoteUnavailableError):
+                    cache.get("never-kept")
+            finally:
+                server.resume()
+            assert cache.metrics().remote.errors == 1
+            before = cache.metrics().remote.reconnects
+            eventually(lambda: cache.get("never-kept") is None)
+            assert cache.metrics().remote.reconnects == before + 1
+        finally:
+            cache.close()
+
+
+def test_public_names():
+    for name in ("CacheMetrics", "Evictions", "Gets", "HostCounts", "MemoryMetrics",
+                 "RemoteMetrics", "Writes"):  # fmt: skip
+        assert dataclasses.is_dataclass(getattr(diskcache_core, name))
