@@ -48,7 +48,6 @@ def increment(
     None); return the new value. `stored_as`: the key's ``(db_key, raw)``; `native`: the Disk
     stores numbers natively; `spared`: the write context for the size check (`Store.write`);
     `serialize`: the cache's write-path serializer (`Serializer`; None: ``disk.store``)."""
-    store_value = disk.store if serialize is None else serialize
     db_key, raw = stored_as
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
@@ -63,21 +62,26 @@ def increment(
                 (type(start) is float and start == start)  # inf + -inf is NaN: pickled
                 or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)
             ):
-                return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry, store_value)
+                return _increment_in_python(
+                    store, disk, key, db_key, raw, delta, default, retry, serialize
+                )
             statement, params = sql.INCR_UPSERT, (delta, now, db_key, raw, start)
         rowcount, value = store.write_capturing(
             statement, params, retry, MIN_WRITE_CHARGE, spared
         )
         if rowcount == 1:
             return start if value is NO_VALUE else value
-    return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry, store_value)
+    return _increment_in_python(
+        store, disk, key, db_key, raw, delta, default, retry, serialize
+    )
 
 
 def _increment_in_python(
     store: Store, disk: Disk, key: Any, db_key: Any, raw: Any, delta: Any, default: Any,
-    retry: bool, store_value: Callable[..., tuple[int, int, str | None, Any]],
+    retry: bool, serialize: Callable[..., tuple[int, int, str | None, Any]] | None,
 ) -> Any:
     # Any Disk, any number type: read, add in Python, write back, in one transaction.
+    store_value = disk.store if serialize is None else serialize
     with store.transaction(retry) as state:
         now = time.time()
         row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()

@@ -257,7 +257,7 @@ class Store:
             raise read_only_error(self.path)
         state = self.state(retry)
         state.new_value = NO_VALUE
-        rowcount, _ = self.write(statement, params, retry, charge=charge, spared=spared)
+        rowcount, _ = self.write(statement, params, retry, None, charge, spared)
         return rowcount, state.new_value
 
     def _write_failed(
