@@ -18,8 +18,7 @@ import os.path as op
 import sqlite3
 import threading
 import time
-import weakref
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from . import reaper as _reaper
 from .checkpointer import PASS_BYTES, note_commit
@@ -33,7 +32,7 @@ from .versions import publish
 from .._metrics import ReadCounts, WriteCounts
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
-__all__ = ["MIN_WRITE_CHARGE", "SizeBudget", "Store", "Written", "weakly"]
+__all__ = ["MIN_WRITE_CHARGE", "SizeBudget", "Store", "Written"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 _COMMIT_PAGE = 4096  # WAL bytes a commit writes besides its values, at least
@@ -54,20 +53,6 @@ Written = tuple[int, "dict[int, int] | None"]
 
 
 _monotonic = time.monotonic
-
-
-def weakly(method: Callable[..., None]) -> Callable[..., None]:
-    """`method`, called through a weak reference to its object (a no-op once that is gone): held
-    by an object its own object holds, it makes no reference cycle, so a cache dropped after
-    close() is freed, its version file closed, by reference counting alone."""
-    ref = weakref.WeakMethod(method)
-
-    def call(*args: Any) -> None:
-        live = ref()
-        if live is not None:
-            live(*args)
-
-    return call
 
 
 class SizeBudget(Protocol):
