@@ -23,7 +23,7 @@ from .._arguments import check_timeout, whole_number
 from .check import check_cache
 from .._store.connections import FetchedRows, PoolHooks
 from .memorysettings import MemorySettings
-from .serializer import Role, Serializer
+from .serializer import Role, serializer
 from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
@@ -131,7 +131,7 @@ class CacheBase(MemorySettings):
         # Serializes what the write paths store; a shard's refuses an item over its size limit
         # (the one in force: a closure over the settings, not the cache, so no reference cycle).
         in_force = opened.settings
-        self._serialize = Serializer(
+        self._serialize = serializer(
             self._store, opened.disk,
             (lambda: int(in_force.size_limit)) if role.within_size_limit else None,
         )

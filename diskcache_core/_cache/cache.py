@@ -328,7 +328,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
             count, published = store.write(
                 statement, params, retry, filename,
                 charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
-                evictor.spares(db_key, raw),  # the size check's write context
+                evictor.spares(db_key, raw) if evictor.read_counts else None,  # write context
             )
         except BaseException as exc:
             if refresh:
@@ -382,7 +382,7 @@ class Cache(CacheBase, KeyIteration, AsyncCacheMixin, Observed):
         try:
             result = increment(
                 store, self._disk, self._native_numbers, key, stored_as, delta, default, retry,
-                evictor.spares(*stored_as), self._serialize,
+                evictor.spares(*stored_as) if evictor.read_counts else None, self._serialize,
             )
         except BaseException:
             if refresh:

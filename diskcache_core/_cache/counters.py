@@ -47,7 +47,7 @@ def increment(
     """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
     None); return the new value. `stored_as`: the key's ``(db_key, raw)``; `native`: the Disk
     stores numbers natively; `spared`: the write context for the size check (`Store.write`);
-    `serialize`: the cache's write-path serializer (`Serializer`; None: ``disk.store``)."""
+    `serialize`: the cache's write-path serializer (`serializer`; None: ``disk.store``)."""
     db_key, raw = stored_as
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):

@@ -36,7 +36,7 @@ class Queues:
         self, store: Store, disk: Disk, sized_files: bool,
         serialize: Callable[..., tuple[int, int, str | None, Any]] | None = None,
     ) -> None:
-        """`serialize`: the cache's write-path serializer (`Serializer`; None: ``disk.store``)."""
+        """`serialize`: the cache's write-path serializer (`serializer`; None: ``disk.store``)."""
         self._store = store
         self._disk = disk
         self._serialize = disk.store if serialize is None else serialize

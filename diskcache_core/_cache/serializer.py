@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from .._disk.disk import UNKNOWN, Disk
 from .._store.store import Store
 
-__all__ = ["ItemTooLargeError", "Role", "Serializer", "check_share"]
+__all__ = ["ItemTooLargeError", "Role", "Serializer", "check_share", "serializer"]
 
 
 class ItemTooLargeError(ValueError):
@@ -49,36 +49,33 @@ class Role(NamedTuple):
     recreate: bool = True
 
 
-class Serializer:
-    """``Disk.store`` for one cache's writes; see the module docstring. `limit`: the cache's
-    size limit now (None: items of any size are taken)."""
+Serializer = Callable[..., tuple[int, int, str | None, Any]]
 
-    def __init__(self, store: Store, disk: Disk, limit: Callable[[], int] | None) -> None:
-        self._store = store
-        self._disk = disk
-        self._limit = limit
 
-    def __call__(
-        self, value: Any, read: bool, key: Any = UNKNOWN
-    ) -> tuple[int, int, str | None, Any]:
+def serializer(store: Store, disk: Disk, limit: Callable[[], int] | None) -> Serializer:
+    """``Disk.store`` for one cache's writes (see the module docstring): a plain function (a
+    set calls it; an instance's ``__call__`` costs more). `limit`: the cache's size limit now
+    (None: items of any size are taken)."""
+    def serialize(value: Any, read: bool, key: Any = UNKNOWN) -> tuple[int, int, str | None, Any]:
         """``disk.store(value, read, key=key)``; where the cache directory was removed while
         open (no value file can be made), once more after the store made it anew (not for a
         stream: it is not read twice). Then the size rule, where the cache has one."""
-        disk = self._disk
         try:
             stored = disk.store(value, read, key=key)
         except FileNotFoundError:
-            if read or not self._store.follow_removed_directory():
+            if read or not store.follow_removed_directory():
                 raise
             stored = disk.store(value, read, key=key)
-        if self._limit is not None:
+        if limit is not None:
             size, _, filename, db_value = stored
             if not size and type(db_value) in (bytes, str):
                 size = len(db_value)
             try:
-                check_share(size, self._limit())
+                check_share(size, limit())
             except ItemTooLargeError:
                 if filename is not None:
                     disk.remove(filename)
                 raise
         return stored
+
+    return serialize
