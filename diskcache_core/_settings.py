@@ -21,8 +21,7 @@ from typing import Any, Callable, Generic, TypeVar, overload
 from ._arguments import INT64_MAX, INT64_MIN, check_text, float_seconds, whole_number
 from ._disk.codecs import CODEC_FACTORIES, check_compress_level, codec_named
 from ._errors import StoredSettingWarning
-from ._eviction.policies import EVICTION_POLICY, POLICIES
-from ._store.schema import METADATA
+from ._store.schema import EVICTION_POLICY, METADATA, POLICIES
 
 __all__ = [
     "CODE_ONLY_SETTINGS",
@@ -148,14 +147,14 @@ PERSISTENT_PRAGMAS = frozenset({"sqlite_auto_vacuum", "sqlite_journal_mode"})
 # ignored when one of its caches is opened.
 PEER_ONLY_ROWS = frozenset({"count"})
 
-# The memory tier's bounds (see _memory.py): per Cache object and process, from code only.
+# The memory tier's bounds (see _memory/tier.py): per Cache object and process, from code only.
 # 0 for either turns the tier off.
 MEMORY_DEFAULTS: dict[str, int] = {
     "memory_size_limit": 2**22,  # 4 MiB
     "memory_item_limit": 10_000,
 }
 
-# A remote source of truth (see _remotetier.py): its URL (None: none), the prefix of the cache's
+# A remote source of truth (see _remote/tier.py): its URL (None: none), the prefix of the cache's
 # names in it, the seconds local copies may be served while it cannot be reached, the seconds a
 # command waits for it, and whether the host's listener renews the copies of changed items.
 REMOTE_DEFAULTS: dict[str, Any] = {

@@ -7,7 +7,7 @@ fill safe against a write racing with it. A write goes to the source of truth fi
 committed, each tier hears of it (`after_write`, `after_delete`) with the versions the commit
 published, and keeps the new value or forgets the old one by its own rules.
 
-The memory tier (_memory.py) is the one near tier today. The facade calls only these methods on
+The memory tier (_memory/tier.py) is the one near tier today. The facade calls only these methods on
 it, so a further tier — a remote source of truth with the local store as a near cache in front
 of it — plugs in below the facade's read and write paths without changing Cache's methods.
 """

@@ -1,4 +1,4 @@
-"""Remote URLs, checked and shown without their password; no redis import (see _remote.py)."""
+"""Remote URLs, checked and shown without their password; no redis import (see _remote/client.py)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,7 @@ from ._disk.disk import (
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
 from ._recipes.memokeys import args_to_key
 from ._recipes.locks import full_name
-from ._eviction.policies import EVICTION_POLICY
-from ._store.schema import DBNAME, METADATA
+from ._store.schema import DBNAME, EVICTION_POLICY, METADATA
 from ._settings import DEFAULT_SETTINGS
 
 

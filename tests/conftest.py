@@ -8,7 +8,17 @@ single-shard ``Cache``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The shared helpers (servers, workers, the test projects) live in tests/helpers/ and are
+# imported by module name (``import store_helpers``) from every test folder, and from the
+# processes the tests spawn (multiprocessing passes sys.path on).
+HELPERS = str(Path(__file__).resolve().parent / 'helpers')
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
 
 import diskcache_core
 

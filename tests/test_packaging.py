@@ -150,10 +150,10 @@ def test_the_sdist_ships_what_its_tests_import(dists, tmp_path):
     # Every module or package of the checkout that a test imports (the benchmark harness,
     # the tests' helpers) is in the sdist.
     local = {path.stem for path in ROOT.iterdir() if (path / '__init__.py').exists()}
-    local |= {path.stem for path in (ROOT / 'tests').glob('*.py')}
-    imported = set().union(*(imported_top_names(path) for path in (ROOT / 'tests').glob('*.py')))
+    local |= {path.stem for path in (ROOT / 'tests').rglob('*.py')}
+    imported = set().union(*(imported_top_names(path) for path in (ROOT / 'tests').rglob('*.py')))
     for name in sorted(imported & local):
-        shipped = (unpacked / name).is_dir() or (unpacked / 'tests' / f'{name}.py').exists()
+        shipped = (unpacked / name).is_dir() or any((unpacked / 'tests').rglob(f'{name}.py'))
         assert shipped, f'the tests import {name!r}, which the sdist does not ship'
     for name in ('LICENSE', 'README.rst', 'pyproject.toml', 'scripts/test.sh'):
         assert (unpacked / name).is_file(), f'the sdist lacks {name}'

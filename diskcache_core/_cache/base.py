@@ -1,6 +1,6 @@
 """CacheBase: a cache directory's parts, composed — opening, settings, administration.
 
-`Cache` (the facade, _cache.py) is this plus the item API. Here: the parts are made (see
+`Cache` (the facade, _cache/cache.py) is this plus the item API. Here: the parts are made (see
 ARCHITECTURE.md): the `Store` (the SQLite database: connections, statements, transactions, the
 after-commit hook), the `MemoryTier` (this process's map of recent items and the protocol that
 keeps it exact across processes), the `Evictor` (limits, culling, expiry, bookkeeping), the
@@ -28,7 +28,6 @@ from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
 from .._eviction.access import AccessLog
-from .._eviction.policies import policy_of
 from .._store.creation import TAG_INDEX_CREATE, TAG_INDEX_DROP
 from .._eviction.evictor import Evictor
 from .._eviction.sizecheck import SizeCheck
@@ -291,7 +290,7 @@ class CacheBase(MemorySettings):
         """Disk used for serialization."""
         return self._disk
 
-    # --- queues (see _queue.py) -----------------------------------------------------------------
+    # --- queues (see _cache/queue.py) -----------------------------------------------------------
 
     def push(
         self,
@@ -347,7 +346,7 @@ class CacheBase(MemorySettings):
             self._remote.unsupported("peekitem()")
         return self._queues.peekitem(last, expire_time, tag, retry)
 
-    # --- removals and limits (see _eviction.py) -------------------------------------------------
+    # --- removals and limits (see _eviction/evictor.py) -----------------------------------------
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
@@ -472,7 +471,7 @@ class CacheBase(MemorySettings):
 def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:
     """The statements storing setting `key`, then those making (or dropping) the index it needs."""
     statements: list[tuple[str, Any]] = list(sql.store_setting(key, value))
-    index = policy_of(value).create_index if key == "eviction_policy" else None
+    index = sql.policy_of(value).create_index if key == "eviction_policy" else None
     if index is not None:
         statements.append((index, ()))
     elif key == "tag_index":

@@ -7,7 +7,7 @@ With `fix` it repairs each (a damaged row is dropped, with its value file).
 
 What a repair may touch: a row whose name is not a value file's (the database, its journals, the
 version or layout file, ``..``, an absolute path, a path through a link; see
-``_valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
+``_disk.valuefiles.split_value_name``) is dropped and the file it names left alone. Symbolic links are
 removed themselves, never followed, and never their targets. The database files and the layout
 file are never removed, and a subdirectory holding its own ``cache.db`` (another cache, such as a
 FanoutCache shard) is not swept.
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from .._disk import valuefiles as _valuefiles
 from .._store import reaper as _reaper
-from .._fanout.layout import LAYOUT_FILE, LAYOUT_TEMP_PREFIX
 from .._store import schema as sql
 from .._store.connections import FetchedRows
 from .._errors import EmptyDirWarning, ReadOnlyError, UnknownFileWarning, UnsafeValueFileError
@@ -91,7 +90,7 @@ def check_cache(
                     warnings.warn(f"wrong file size: {full_path}, {status.st_size} != {size}", stacklevel=2)
                     if fix:  # a file of the wrong size is damaged: drop the item (and the file)
                         _drop_row(state, rowid, keep_file=False)
-            _Sweep(named, LAYOUT_FILE, fix).run(real_directory)
+            _Sweep(named, sql.LAYOUT_FILE, fix).run(real_directory)
             _check_counters(state, fix)
         if fix:  # last: rewriting the database needs room, which removing unknown files may free
             store.write(sql.VACUUM, (), retry)
@@ -176,7 +175,7 @@ def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMe
         except OSError:
             names = []
         for name in names:
-            if not (name.startswith(LAYOUT_TEMP_PREFIX) and name.endswith(".tmp")):
+            if not (name.startswith(sql.LAYOUT_TEMP_PREFIX) and name.endswith(".tmp")):
                 continue
             full_path = op.join(directory, name)
             try:

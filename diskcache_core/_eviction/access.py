@@ -25,8 +25,7 @@ import threading
 import weakref
 from typing import Any, Protocol
 
-from .._store.schema import ADD_TO_COUNTER
-from .policies import REFRESH_COLUMN, policy_of
+from .._store.schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
 
 __all__ = [
     "AccessLog", "FINAL_WAIT", "FLUSH_INTERVAL", "MAX_PENDING", "NOT_PENDING", "schedule_flush",

@@ -4,9 +4,9 @@ Bulk removals run in batches of `_BATCH` rows per transaction, so the write lock
 for long; a Timeout carries the count removed so far. The Store runs the size check
 (_eviction/sizecheck.py, the budget it was made with) once per `SizeCheck.every` bytes written:
 it drops expired items first, then evicts by policy while the cache is over its size_limit. Reads
-and overwrites are noted in an `AccessLog` and written in batches (see _access.py), `_FLUSH_BATCH`
-keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes or drops the
-oldest part itself (`relieve`).
+and overwrites are noted in an `AccessLog` and written in batches (see _eviction/access.py),
+`_FLUSH_BATCH` keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes
+or drops the oldest part itself (`relieve`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from .._errors import DiskCacheError, Timeout
 from .._metrics import EvictionCounts
 from .._settings import Settings
 from .._store.store import Store
-from .policies import DELETE_BY_POLICY, delete_by_policy
 from .sizecheck import SizeCheck
 
 __all__ = ["Evictor"]
@@ -264,7 +263,7 @@ class Evictor:
     def cull(self, retry: bool = False) -> int:
         """Remove expired items, then evict by policy until the volume is within size_limit."""
         count = self.expire(retry=retry)
-        delete = delete_by_policy(self.settings.eviction_policy)
+        delete = sql.delete_by_policy(self.settings.eviction_policy)
         if delete is None:
             return count
         self.flush_access_log()
@@ -304,9 +303,9 @@ class Evictor:
         or not; return how many. Timeout carries the count so far."""
         if type(count) is not int or count < 0:
             raise ValueError(f"count must be an int >= 0, not {count!r}")
-        delete = delete_by_policy(self.settings.eviction_policy)
+        delete = sql.delete_by_policy(self.settings.eviction_policy)
         if delete is None:
-            delete = DELETE_BY_POLICY["least-recently-stored"]
+            delete = sql.DELETE_BY_POLICY["least-recently-stored"]
         self.flush_access_log()  # the order is that of every read noted so far
         removed = 0
         try:

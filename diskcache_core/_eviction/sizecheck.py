@@ -19,7 +19,6 @@ from .._store import schema as sql
 from .._store.connections import ThreadState
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .access import AccessLog
-from .policies import POLICIES, delete_by_policy
 
 __all__ = ["SizeCheck"]
 
@@ -33,7 +32,7 @@ _SPARING_DELETE = {
     name: "DELETE FROM Cache WHERE rowid IN ("
     + policy.cull.replace(" ORDER BY", _SPARED).replace("LIMIT ?", "LIMIT ?1")
     + ")"
-    for name, policy in POLICIES.items()
+    for name, policy in sql.POLICIES.items()
     if policy.cull is not None
 }
 _LAST_INSERT = "SELECT last_insert_rowid()"
@@ -81,7 +80,7 @@ class SizeCheck:
                 expired = state.execute(
                     sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit))
                 ).rowcount
-                delete = delete_by_policy(settings.eviction_policy)
+                delete = sql.delete_by_policy(settings.eviction_policy)
                 if delete is None:
                     return False
                 volume = _volume(state)

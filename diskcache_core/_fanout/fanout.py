@@ -9,7 +9,7 @@ A give-up is only ever reported for a write that certainly did not happen: a rem
 outcome is unknown (sent to Redis, no reply in time) raises `RemoteOutcomeUnknownError`, since
 False or None there would be read as "not stored" while Redis may store it.
 
-Placement: one function (`_layout.placement`, fixed by the directory's layout file) maps a key
+Placement: one function (`_fanout.layout.placement`, fixed by the directory's layout file) maps a key
 to its shard; every keyed operation goes through it, and every operation that may give up runs
 through `FanoutCache._on_shard`, which turns the shard's `Timeout` into the documented result.
 

@@ -31,7 +31,7 @@ from .._disk.directories import make_private_dirs, open_subdirectory
 from .._disk.disk import Disk, unsupported_key
 from .._errors import DiskCacheError, ReadOnlyError, storage_error
 from .._store.creation import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
-from .._store.schema import DBNAME, SELECT_SETTING, database_uri
+from .._store.schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
 
 if TYPE_CHECKING:
     from .._cache.cache import Cache
@@ -53,9 +53,6 @@ __all__ = [
     "read_layout",
     "shard_name",
 ]
-
-LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
-LAYOUT_TEMP_PREFIX = ".fanout-"  # the layout file being written (then linked as LAYOUT_FILE)
 
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
 # is a database, its WAL and version files: a few file descriptors per thread that uses it.

@@ -1,5 +1,5 @@
 """Cross-process synchronization built on a cache: Lock, RLock, BoundedSemaphore and barrier
-(python-diskcache's recipes, same signatures; Averager and throttle are in _ratelimit.py), and
+(python-diskcache's recipes, same signatures; Averager and throttle are in _recipes/ratelimit.py), and
 the atomic change of one item they all use.
 
 Every primitive keeps its state in one cache item, changed atomically with ``add`` or inside
@@ -14,7 +14,7 @@ module adds to the peer's recipes:
   item expires, and a BoundedSemaphore keeps one lease per holder, each with its own expiry;
 - a lock is released only by its holder (RuntimeError otherwise), so a holder whose lock
   expired cannot release the next holder's lock;
-- on a cache with a remote, a hold is never left held by nobody (_leases.py): each carries a
+- on a cache with a remote, a hold is never left held by nobody (_recipes/leases.py): each carries a
   token and an expiry (a lease renewed while held, without `expire`); a write whose outcome is
   unknown is settled by reading the token back once Redis answers; a release Redis does not
   answer is completed in the background.

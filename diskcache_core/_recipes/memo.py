@@ -3,7 +3,7 @@
 Each part is written once and shared by every decorator, every cache type and both kinds of
 function:
 
-- Keys: `make_key` (see _memokeys.py).
+- Keys: `make_key` (see _recipes/memokeys.py).
 - Procedures. A generator per strategy says *what* to do — look up, compute, store, sleep, start
   a background refresh — by yielding requests, and receives the results.
 - Drivers. `_drive` carries the requests out for a plain function (direct calls, ``time.sleep``,

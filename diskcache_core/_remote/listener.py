@@ -6,14 +6,14 @@ change to a name under the prefix — writes by any client, expiry, eviction und
 ``FLUSHDB`` — on the ``__redis__:invalidate`` channel of a subscribed connection, and asks no extra
 command of writers. (Explicit publishing by writers would cost a command per write and would miss
 expiry, eviction and other clients.) A host also hears of its own writes. After each batch, the
-names it bumped are handed to the refresher (_listenerchild.py), which renews the host's copies.
+names it bumped are handed to the refresher (_remote/listenerprocess.py), which renews the host's copies.
 
 Election: every process using the directory runs a `ListenerThread`, which tries to take an
 exclusive ``flock`` on ``cache.db-remote.lock``. The one that has it listens; the others retry
 every `_ELECTION_POLL`. The kernel drops the lock when its holder dies, however it dies.
 
 Listening, per node (the server; on a cluster, every node that serves slots and every healthy
-replica, see _topology.py): a subscribed connection and a tracking connection redirected to it.
+replica, see _remote/topology.py): a subscribed connection and a tracking connection redirected to it.
 Once all are set up, every stamp is renewed (`RemoteWords.renew_all`: whatever was copied before
 may have changed unheard), and then the lease is renewed every `_RENEW` while the connections are
 healthy (a PING every `_PING_EVERY`), never beyond the last healthy moment plus
@@ -149,7 +149,7 @@ class Listener:
         self._max_staleness = max_staleness
         self._stopped = stopped
         # Told the names (without prefix) of each batch of changes once their stamps are
-        # bumped: the refresher (_listenerchild.py) renews the host's copies of them.
+        # bumped: the refresher (_remote/listenerprocess.py) renews the host's copies of them.
         self._changed = changed
         self._names: list[bytes] = []
         self._known: list[Address] = list(nodes or [])  # asked for the topology first
@@ -180,7 +180,7 @@ class Listener:
                 for node in nodes.values():
                     node.close()
 
-    # --- the cluster's topology (_topology.py) ----------------------------------------------
+    # --- the cluster's topology (_remote/topology.py) ---------------------------------------
 
     def _connect(self) -> dict[Address, _Node]:
         """Listen on the server, or on every node of the cluster worth it: raise `_Uncovered`
@@ -401,7 +401,7 @@ class _LeaseWatch:
 
 class ListenerThread(threading.Thread):
     """This process's candidate for listener of one directory: it competes for the lock, and
-    while it holds it, runs the listener in a child process of its own (_listenerchild.py),
+    while it holds it, runs the listener in a child process of its own (_remote/listenerprocess.py),
     restarted if it dies. A process of its own: in the caller's process the listener would wait
     for the GIL behind the application's threads (up to the 5 ms switch interval per change),
     and the application behind it."""
@@ -519,7 +519,7 @@ class ListenerThread(threading.Thread):
 # One candidate per directory in this process, shared by the caches that use it.
 _threads: dict[str, ListenerThread] = {}
 _threads_lock = threading.Lock()
-_electing = [True]  # False in the refresher (_listenerchild.py): its cache takes no part
+_electing = [True]  # False in the refresher (_remote/listenerprocess.py): its cache takes no part
 
 
 def stop_electing() -> None:

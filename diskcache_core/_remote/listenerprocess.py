@@ -1,5 +1,5 @@
 """The listener process: ``python -m diskcache_core._remote.listenerprocess``, started by the elected
-`ListenerThread` of a host directory (_listener.py), its configuration on standard input.
+`ListenerThread` of a host directory (_remote/listener.py), its configuration on standard input.
 
 It runs the `Listener` (stamps and lease). Unless ``remote_refresh`` is off, it first forks a
 refresher process, which renews the host's copies of the items the listener heard change
@@ -189,7 +189,7 @@ def main() -> int:
         pass
     prefix = config["prefix"].encode("utf-8")
     max_staleness = float(config["max_staleness"])
-    # No cluster client: the listener asks the nodes for the topology itself (_listener.py).
+    # No cluster client: the listener asks the nodes for the topology itself (_remote/listener.py).
     remote = RemoteStore(config["url"], prefix, float(config["timeout"]), connect=False)
     words = RemoteWords(config["directory"], prefix)
     nodes = [(str(host), int(port)) for host, port in config.get("nodes", [])]

@@ -17,9 +17,9 @@ every process of the directory, holds one 64-bit stamp per bucket of Redis names
   was set back since it was renewed) is not valid either: a listener that died just before the
   clock went back cannot vouch for the time the clock repeats.
 
-Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory.py.
+Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory/tier.py.
 
-The file may be shrunk or replaced by hand while mapped (see _mapwatch.py). Its stores
+The file may be shrunk or replaced by hand while mapped (see _store/mapwatch.py). Its stores
 (`bump`, `set_lease`, `renew_all`: the listener's every few milliseconds) check its size first,
 and the _mapwatch thread checks it every WATCH_INTERVAL: a lost file's views are switched at
 once to private words with no lease (nothing is served from copies), then to the directory's
@@ -45,7 +45,7 @@ from .._store.mapwatch import watch
 __all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "RemoteWords", "REMOTE_FILE"]
 
 REMOTE_FILE = "cache.db-remote"
-# The listener election's lock (_listener.py): whoever holds its flock runs the listener.
+# The listener election's lock (_remote/listener.py): whoever holds its flock runs the listener.
 LOCK_FILE = "cache.db-remote.lock"
 BUCKETS = 1 << 16
 _MASK = BUCKETS - 1
@@ -111,7 +111,7 @@ class RemoteWords:
         if self.words[0] != _MAGIC:
             self.words[0] = _MAGIC
 
-    # --- a lost file (see _mapwatch.py) ---------------------------------------------------------
+    # --- a lost file (see _store/mapwatch.py) ---------------------------------------------------
 
     def _intact(self) -> bool:
         """Whether the mapped file still has its size and is still the directory's."""

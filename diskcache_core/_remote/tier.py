@@ -3,9 +3,9 @@
 A Cache opened with ``remote="redis://..."`` makes one `RemoteTier`, and its facade methods hand
 every item operation to it (see `Cache`); without ``remote`` this module is never imported. Writes go to
 Redis first and count as done when Redis acknowledged them; then this host's stamp of the item's
-bucket is bumped, so no process of the host serves an older copy (_remotewords.py). Reads go
+bucket is bumped, so no process of the host serves an older copy (_remote/stamps.py). Reads go
 memory tier → this host's SQLite database → Redis, and a copy is served only while its stamp is
-unchanged and the listener's lease is valid (_listener.py keeps both true for other hosts'
+unchanged and the listener's lease is valid (_remote/listener.py keeps both true for other hosts'
 writes). What Redis answered is kept as a copy under the stamp read before asking it.
 
 Copies in the SQLite database are ordinary rows whose ``tag`` column holds their stamp (the real
@@ -221,7 +221,7 @@ class RemoteTier:
     def refresh(self, names: list[bytes]) -> int:
         """Renew this host's copies of items that just changed in Redis; how many were renewed.
 
-        Called by the listener's refresher (_listener.py) after it bumped the stamps of `names`
+        Called by the listener's refresher (_remote/listener.py) after it bumped the stamps of `names`
         (Redis names without the prefix): for each item this host holds a row of, the new value
         is read from Redis (one MGET) and kept under the stamp read before asking, exactly
         as a reader's fill keeps it, so a change after the read makes the copy unservable
@@ -405,6 +405,8 @@ class RemoteTier:
     def evict(self, tag: Any) -> int:
         """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
         tag = check_tag(tag)
+        if tag is None:  # SQLite's ``tag = NULL`` matches no row: untagged items stay, as locally
+            return 0
         try:
             removed = self._remote.each_batch(lambda names: self._remote.evict_tag(names, tag))
         finally:

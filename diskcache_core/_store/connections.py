@@ -181,7 +181,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # opening: the database cannot be read through a WAL index
-        # The memory tier's version words (see _versionfile; `words`); None while none is open.
+        # The memory tier's version words (see versionfile.py; `words`); None while none is open.
         # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
         self.cell = WordsCell()
         self.cell.remap = weak_method(self._remap_in_statement)
@@ -308,7 +308,7 @@ class ConnectionPool:
         if self.words is LOST_WORDS or not self._intact():
             self.ensure_versions()
 
-    # --- a lost version file (see _mapwatch.py) -------------------------------------------------
+    # --- a lost version file (see _store/mapwatch.py) -------------------------------------------
 
     def _intact(self) -> bool:
         words, identity = self.words, self.words_identity
@@ -366,7 +366,7 @@ class ConnectionPool:
 
     def ensure_versions(self, wait: float | None = None) -> None:
         """Map the directory's version file anew after it was lost, every word renewed under
-        the database's write lock (`_versionfile.remap_versions`). `wait`: for the lock (None:
+        the database's write lock (`_store.versionfile.remap_versions`). `wait`: for the lock (None:
         the cache's timeout). Raises DatabaseError (or a storage error) when that cannot be
         done now; the words stay `LOST_WORDS` then."""
         if self.words is not LOST_WORDS and self._intact():

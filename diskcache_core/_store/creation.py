@@ -12,9 +12,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from .._eviction.policies import policy_of
 from .schema import (
-    _ROW_NAMES, DELETE_SETTING, METADATA, SCHEMA_VERSION, store_setting,
+    _ROW_NAMES, DELETE_SETTING, METADATA, SCHEMA_VERSION, policy_of, store_setting,
 )
 
 __all__ = [

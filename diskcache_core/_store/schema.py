@@ -1,8 +1,8 @@
 """The database's statements: the SQL text the library runs on a cache database.
 
 The schema itself (tables, indexes, triggers) and its creation and migration are
-_store/creation.py's; the eviction policies' SQL is _eviction/policies.py's; the command line's
-own statements are _cli/caches.py's. Every statement is a constant string with ``?`` parameters, so sqlite3's statement cache (keyed
+_store/creation.py's; the command line's own statements are _cli/caches.py's. The eviction
+policies' SQL is here too: `_settings`, above the store, validates policy names against it. Every statement is a constant string with ``?`` parameters, so sqlite3's statement cache (keyed
 by text) always hits. The Cache table has python-diskcache's columns; the triggers differ: they
 keep ``size`` (bytes in value files) in the Settings table, firing only when it changes, and
 ``count`` (the items), under the names python-diskcache gives its own triggers.
@@ -10,13 +10,25 @@ keep ``size`` (bytes in value files) in the Settings table, firing only when it 
 
 from __future__ import annotations
 
+import re
 import urllib.parse
-from typing import Any
+from typing import Any, NamedTuple
 
 
-__all__ = ["COUNTERS", "DBNAME", "METADATA", "SCHEMA_VERSION", "expiry_of"]
+__all__ = [
+    "COUNTERS",
+    "DBNAME",
+    "EVICTION_POLICY",
+    "METADATA",
+    "POLICIES",
+    "SCHEMA_VERSION",
+    "Policy",
+    "expiry_of",
+]
 
 DBNAME = "cache.db"
+LAYOUT_FILE = "fanout.json"  # a FanoutCache's shard layout, in its top directory
+LAYOUT_TEMP_PREFIX = ".fanout-"  # the layout file being written (then linked as LAYOUT_FILE)
 # 2: size triggers named as python-diskcache's; our disk options renamed. 3: the item count is
 # kept in Settings by triggers (python-diskcache's names), and len() reads it.
 SCHEMA_VERSION = 3
@@ -58,6 +70,121 @@ METADATA: dict[str, int] = {"count": 0, "size": 0, "hits": 0, "misses": 0}
 # Those of them the library counts in this process and adds to the rows in batches or triggers
 # alone (the item count is the count triggers' and is read where it is needed).
 COUNTERS = ("size", "hits", "misses")
+
+
+# --- eviction policies (the Evictor runs their SQL) -----------------------------------------
+
+class Policy(NamedTuple):
+    """An eviction policy: the index it needs, what the access log refreshes, and the statement
+    that picks victims (None: the policy never evicts)."""
+
+    create_index: str | None  # CREATE INDEX statement
+    index_name: str | None
+    read_column: str | None  # refreshed by a get (batched, see _access)
+    write_column: str | None  # refreshed by an overwrite (batched likewise)
+    cull: str | None  # SELECT rowid ... LIMIT ?: the victims, in order
+    # A policy added to EVICTION_POLICY by the user (python-diskcache's way): the UPDATE its
+    # "get" clause makes, run per key read (?1 the time of its latest read, ?2/?3 the key).
+    refresh: str | None = None
+
+
+def _policy(column: str | None, read: bool, write: bool) -> Policy:
+    if column is None:
+        return Policy(None, None, None, None, None)
+    name = f"Cache_{column}"
+    return Policy(
+        f"CREATE INDEX IF NOT EXISTS {name} ON Cache ({column})",
+        name,
+        column if read else None,
+        column if write else None,
+        f"SELECT rowid FROM Cache ORDER BY {column} LIMIT ?",
+    )
+
+
+POLICIES: dict[str, Policy] = {
+    "none": _policy(None, False, False),
+    "least-recently-stored": _policy("store_time", False, True),
+    "least-recently-used": _policy("access_time", True, True),
+    "least-frequently-used": _policy("access_count", True, False),
+}
+
+#: The eviction policies in python-diskcache's format: per name, the index it needs (``init``),
+#: the assignment a read makes (``get``) and the victims' query (``cull``; ``{fields}`` is the
+#: selected columns). A policy added here, python-diskcache's way, can be used by name.
+EVICTION_POLICY: dict[str, dict[str, str | None]] = {
+    "none": {"init": None, "get": None, "cull": None},
+    "least-recently-stored": {
+        "init": POLICIES["least-recently-stored"].create_index,
+        "get": None,
+        "cull": "SELECT {fields} FROM Cache ORDER BY store_time LIMIT ?",
+    },
+    "least-recently-used": {
+        "init": POLICIES["least-recently-used"].create_index,
+        "get": "access_time = {now}",
+        "cull": "SELECT {fields} FROM Cache ORDER BY access_time LIMIT ?",
+    },
+    "least-frequently-used": {
+        "init": POLICIES["least-frequently-used"].create_index,
+        "get": "access_count = access_count + 1",
+        "cull": "SELECT {fields} FROM Cache ORDER BY access_count LIMIT ?",
+    },
+}
+_INDEX_NAME = re.compile(r"CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?([\w.]+)", re.I)
+
+
+# The current time in seconds since the epoch, as SQL: what ``{now}`` stands for in a user-added
+# policy's cull query (python-diskcache puts the time of the call there).
+_SQL_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def policy_of(name: str) -> Policy:
+    """The policy called `name`: a built-in one, or one added to EVICTION_POLICY. KeyError for
+    an unknown name."""
+    policy = POLICIES.get(name)
+    if policy is not None:
+        return policy
+    spec = EVICTION_POLICY[name]
+    init, get, cull = spec.get("init"), spec.get("get"), spec.get("cull")
+    found = _INDEX_NAME.match(init or "")
+    return Policy(
+        init,
+        found.group(1) if found else None,
+        "custom" if get else None,
+        None,
+        None if cull is None else cull.format(fields="rowid", now=_SQL_NOW),
+        None if get is None else (
+            "UPDATE Cache SET " + get.format(now="?1") + " WHERE key = ?2 AND raw = ?3"
+        ),
+    )
+
+
+def delete_by_policy(name: str) -> str | None:
+    """The statement removing ``?`` victims of policy `name` in its order (None: it has none)."""
+    statement = DELETE_BY_POLICY.get(name)
+    if statement is None and name not in POLICIES:
+        cull = policy_of(name).cull
+        statement = None if cull is None else "DELETE FROM Cache WHERE rowid IN (" + cull + ")"
+    return statement
+
+
+DELETE_BY_POLICY = {
+    name: "DELETE FROM Cache WHERE rowid IN (" + policy.cull + ")"
+    for name, policy in POLICIES.items()
+    if policy.cull is not None
+}
+
+# The access log's batched refreshes (see _access), per column a policy orders by. A time only
+# moves forward, so a late batch never undoes a newer one.
+REFRESH_COLUMN = {
+    "store_time": "UPDATE Cache SET store_time = ?1 WHERE key = ?2 AND raw = ?3 AND store_time < ?1",
+    "access_time": (
+        "UPDATE Cache SET access_time = ?1 WHERE key = ?2 AND raw = ?3 AND access_time < ?1"
+    ),
+    "access_count": (
+        "UPDATE Cache SET access_count = access_count + ?1"
+        " WHERE key = ?2 AND raw = ?3 AND store_time <= ?4"
+    ),
+}
 
 
 # --- statements on the hot path ---------------------------------------------------------------
@@ -109,7 +236,8 @@ _INSERT = _INSERT_INTO + " VALUES (?1, ?2, ?3, ?4, ?3, 0, ?5, ?6, ?7, ?8, ?9)"
 # An overwrite stores its time as store_time (python-diskcache's set replaces the row) and leaves
 # access_time/access_count alone: moving the policy's index entry would double the statement's
 # cost; that refresh (and store_time's under least-recently-stored, where it is the index: see
-# _eviction.STORE_TIME_BATCHED) is recorded by the AccessLog and written in batches (_access.py).
+# _eviction.evictor.STORE_TIME_BATCHED) is recorded by the AccessLog and written in batches
+# (_eviction/access.py).
 _ON_CONFLICT_REPLACE = (
     " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time,"
     " expire_time = excluded.expire_time, tag = excluded.tag, size = excluded.size,"

@@ -3,7 +3,7 @@ one after-commit hook.
 
 A write runs as one autocommit statement, or inside `transaction`. A write that finds the write
 lock taken waits for it in `wait_for_lock` (woken by the lock handoff where the platform has one,
-see _handoff.py; SQLite's busy handler waits otherwise). When its transaction has
+see _store/handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
 bumped (the triggers record them in ``state.txn.versions``; see versions.py), hand the value files
 it released to the reaper (only once committed, invariant 2 — never after a rollback), and
@@ -84,7 +84,7 @@ class Store:
         self.names_reused = type(disk).filename is not Disk.filename
         self.local: threading.local = pool.local
         self.path = pool.path
-        # Whether the checkpoint thread knows of a commit since its last round (_checkpointer.py).
+        # Whether the checkpoint thread knows of a commit since its last round (_store/checkpointer.py).
         self.wal_noted = False
         self.wal_bytes = 0  # bytes committed since its last checkpoint, roughly
         self.free_pages_left = False  # the checkpoint thread has free pages to return
@@ -166,7 +166,7 @@ class Store:
             state: ThreadState = self.local.state  # inline: the hot path
         except AttributeError:
             state = self._state_for(retry, new_file)
-        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _mapwatch.py)
+        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _store/mapwatch.py)
             self._recover_versions(state, new_file)
         txn = state.txn
         if txn.depth:
@@ -236,7 +236,7 @@ class Store:
         self, statement: str, params: Any, retry: bool, charge: int = 0,
         spared: tuple[Any, Any] | None = None,
     ) -> tuple[int, Any]:
-        """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
+        """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see schema.py);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
         if self.pool.read_only:  # (its function exists only on connections that may write)
             raise read_only_error(self.path)

@@ -53,7 +53,7 @@ __all__ = [
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
 _MAGIC = b"DCMEMV1\0"
-HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words (_handoff.py),
+HEADER_WORDS = 8  # 64 bytes: magic, bucket count, the lock handoff's two words (_store/handoff.py),
 # then reserved (zero). Only the first two identify the layout: the others change while in use.
 _IDENTITY = struct.pack("<8sQ", _MAGIC, BUCKETS)
 FILE_SIZE = 8 * (HEADER_WORDS + 2 * BUCKETS)

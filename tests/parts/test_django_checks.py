@@ -1,7 +1,7 @@
 """DjangoCache's system checks (issue 38): ``manage.py check`` reports, with ids and hints, what
 would otherwise fail at first use or not at all, for every alias whose BACKEND is DjangoCache.
 
-``manage.py check`` runs for real in subprocesses of the test project (tests/django_project, whose
+``manage.py check`` runs for real in subprocesses of the test project (tests/helpers/django_project, whose
 INSTALLED_APPS has DiskCacheCoreConfig); the other cases call the registered check function
 under ``override_settings``, and assert the ids it returns.
 """
@@ -23,7 +23,7 @@ django = pytest.importorskip("django")
 
 from django.conf import settings
 
-from tests.django_project import settings as project
+from tests.helpers.django_project import settings as project
 
 if not settings.configured:
     settings.configure(**{name: getattr(project, name) for name in dir(project) if name.isupper()})
@@ -38,7 +38,7 @@ from diskcache_core.contrib import _django_checks, _django_options
 from diskcache_core.contrib import django as django_backend
 from diskcache_core.contrib.django import DjangoCache
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "diskcache_core.contrib.django.DjangoCache"
 NOBODY = 65534
 
@@ -72,7 +72,7 @@ def run_check(location: str) -> subprocess.CompletedProcess[str]:
     """``django-admin check`` (what ``manage.py check`` runs) in the test project, its default
     cache in `location`."""
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.django_project.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "tests.helpers.django_project.settings"
     env["DISKCACHE_CORE_DJANGO_LOCATION"] = location
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "django", "check"], cwd=str(ROOT), env=env,

@@ -1,4 +1,4 @@
-"""The lock handoff (diskcache_core/_handoff.py): a writer waiting for the write lock is woken
+"""The lock handoff (diskcache_core/_store/handoff.py): a writer waiting for the write lock is woken
 when the holder releases it; a holder that dies or never wakes anybody costs a poll, never a
 waiter blocked past its timeout; without the handoff SQLite's busy handler waits as before."""
 

@@ -29,7 +29,7 @@ import pytest
 from diskcache_core import Cache, Deque, FanoutCache, Index, memoize_stampede
 from diskcache_core._fanout.fanout import MAX_SHARDS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAN = float("nan")
 INF = float("inf")
 BIG = 100_000  # well above disk_min_file_size: such values go to value files
@@ -458,7 +458,7 @@ def django_cache(tmp_path):
     django = pytest.importorskip("django")
     from django.conf import settings
 
-    from tests.django_project import settings as project
+    from tests.helpers.django_project import settings as project
 
     if not settings.configured:
         settings.configure(**{name: getattr(project, name) for name in dir(project) if name.isupper()})

@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import pytest
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def unavailable(reason: str) -> NoReturn:

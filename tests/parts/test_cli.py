@@ -15,7 +15,7 @@ import pytest
 import diskcache_core as dc
 from diskcache_core import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIG = b'x' * 100_000  # stored in a value file
 
 
@@ -569,7 +569,7 @@ def test_allow_type_needs_safedisk(cache_path):
 def test_allow_type_reads_a_django_cache_page_entry(tmp_path):
     pytest.importorskip('django')
     location = tmp_path / 'django'
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE='tests.django_project.settings',
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE='tests.helpers.django_project.settings',
                DISKCACHE_CORE_DJANGO_LOCATION=str(location))
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(ROOT), env.get('PYTHONPATH')]))
     script = (

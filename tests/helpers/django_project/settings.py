@@ -21,7 +21,7 @@ USE_TZ = True
 
 # DiskCacheCoreConfig: DjangoCache's system checks in ``manage.py check``.
 INSTALLED_APPS = ["django.contrib.sessions", "diskcache_core.contrib.django.DiskCacheCoreConfig"]
-ROOT_URLCONF = "tests.django_project.urls"
+ROOT_URLCONF = "tests.helpers.django_project.urls"
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

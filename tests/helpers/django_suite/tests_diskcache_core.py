@@ -2,7 +2,7 @@
 diskcache_core's Django backend.
 
 This module is copied into the ``cache`` test package of the Django source tree that
-``tests/test_django_suite.py`` downloads, and run there by Django's ``runtests.py``: it configures
+``tests/peers/test_django_suite.py`` downloads, and run there by Django's ``runtests.py``: it configures
 the backend the way Django's own file-based backend tests configure theirs (every alias on one
 cache directory, made afresh for each test).
 """

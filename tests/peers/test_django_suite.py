@@ -2,7 +2,7 @@
 
 Django's wheel ships no tests; its source distribution on PyPI does. This test downloads the
 sdist of exactly the installed Django version once (see ``upstream_suites.py``), extracts its
-``tests/`` tree, adds ``tests/django_suite/tests_diskcache_core.py`` (ours: it subclasses
+``tests/`` tree, adds ``tests/helpers/django_suite/tests_diskcache_core.py`` (ours: it subclasses
 Django's ``BaseCacheTests`` and its middleware and utility tests with our backend configured)
 to Django's ``cache`` test package, and runs it with Django's own ``runtests.py``.
 """
@@ -23,7 +23,7 @@ django = pytest.importorskip("django")
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-OURS = HERE / "django_suite" / "tests_diskcache_core.py"
+OURS = HERE.parent / "helpers" / "django_suite" / "tests_diskcache_core.py"
 MODULE = "tests_diskcache_core"
 # Django's BaseCacheTests (54 in Django 5.2) plus its middleware, utility and i18n tests.
 MINIMUM_TESTS = 90

@@ -1,5 +1,5 @@
 """diskcache_core.contrib.flask.DiskCache: the cachelib contract, and a real Flask app
-(tests/flask_app.py) whose views and functions Flask-Caching caches through it."""
+(tests/helpers/flask_app.py) whose views and functions Flask-Caching caches through it."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from cachelib import SimpleCache
 
 import diskcache_core
 from diskcache_core.contrib.flask import DiskCache
-from tests.flask_app import create_app
+from tests.helpers.flask_app import create_app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -335,7 +335,7 @@ def test_two_processes_share_entries(app, cache_dir):
     with flask_app.app_context():
         cache.set("from-parent", "hello")
     script = textwrap.dedent(f"""
-        from tests.flask_app import create_app
+        from tests.helpers.flask_app import create_app
         app, cache, calls = create_app({cache_dir!r})
         client = app.test_client()
         with app.app_context():

@@ -1,5 +1,5 @@
 """diskcache-community 5.8 and diskcache_core on one cache directory at once (a move to us or
-back, both ways, is tests/test_peer_sharing.py's, run with each peer library)."""
+back, both ways, is tests/peers/test_peer_sharing.py's, run with each peer library)."""
 
 import subprocess
 import sys

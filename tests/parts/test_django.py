@@ -1,10 +1,10 @@
-"""diskcache_core.contrib.django.DjangoCache, in the real Django project of tests/django_project.
+"""diskcache_core.contrib.django.DjangoCache, in the real Django project of tests/helpers/django_project.
 
 Django is configured once per test process from the project's settings (unless something
 configured it before us); each test then applies the project's settings with
 ``override_settings`` and CACHES in a fresh directory, so no test sees another's items and the
 result does not depend on who configured Django first. Processes sharing one cache are real
-subprocesses started with ``DJANGO_SETTINGS_MODULE=tests.django_project.settings``.
+subprocesses started with ``DJANGO_SETTINGS_MODULE=tests.helpers.django_project.settings``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ django = pytest.importorskip("django")
 
 from django.conf import settings
 
-from tests.django_project import settings as project
+from tests.helpers.django_project import settings as project
 
 if not settings.configured:
     settings.configure(**{name: getattr(project, name) for name in dir(project) if name.isupper()})
@@ -46,9 +46,9 @@ import diskcache_core
 from diskcache_core.contrib import _django_options
 from diskcache_core.contrib import django as django_backend
 from diskcache_core.contrib.django import DjangoCache
-from tests.django_project import views
+from tests.helpers.django_project import views
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The project's settings the tests rely on (applied even when Django was configured by others).
 PROJECT_SETTINGS = {
@@ -749,7 +749,7 @@ def test_cache_page_responses_are_shared_by_processes(cache, location):
         import django
         django.setup()
         from django.test import Client
-        from tests.django_project import views
+        from tests.helpers.django_project import views
         response = Client().get("/cached/")
         print(response.content.decode(), views.CALLS["cached"])
     """)
@@ -782,7 +782,7 @@ def test_cached_sessions(cache):
 
 def project_env(location: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.django_project.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "tests.helpers.django_project.settings"
     env["DISKCACHE_CORE_DJANGO_LOCATION"] = location
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env

@@ -1,4 +1,4 @@
-"""The checkpoint thread (diskcache_core/_checkpointer.py): WAL checkpoints and free-page
+"""The checkpoint thread (diskcache_core/_store/checkpointer.py): WAL checkpoints and free-page
 trimming off the writers' path, and the defaults that go with it."""
 
 from __future__ import annotations

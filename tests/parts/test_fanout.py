@@ -26,7 +26,8 @@ from diskcache_core._fanout.fanout import placement_hash
 
 import fanout_helpers
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(fanout_helpers.__file__))  # tests/helpers
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def _spawn():
@@ -106,7 +107,7 @@ def test_placement_is_the_same_in_every_interpreter(fanout):
         out = subprocess.run(
             [sys.executable, '-c', f'import fanout_helpers; fanout_helpers.shard_numbers({keys!r}, {fanout.directory!r})'],
             capture_output=True, text=True, check=True, cwd=HERE,
-            env={**os.environ, 'PYTHONHASHSEED': seed, 'PYTHONPATH': HERE + os.pathsep + os.path.dirname(HERE)},
+            env={**os.environ, 'PYTHONHASHSEED': seed, 'PYTHONPATH': HERE + os.pathsep + ROOT},
         )
         assert json.loads(out.stdout) == here
 

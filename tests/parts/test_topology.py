@@ -1,5 +1,5 @@
-"""The listener's reading of a Redis Cluster's topology (diskcache_core/_topology.py): which
-nodes it must listen on before it grants a lease, and which it may. (tests/test_remote_cluster.py
+"""The listener's reading of a Redis Cluster's topology (diskcache_core/_remote/topology.py): which
+nodes it must listen on before it grants a lease, and which it may. (tests/processes/test_remote_cluster.py
 runs the listener against a real cluster whose topology changes.)"""
 
 from __future__ import annotations
