@@ -2,6 +2,8 @@
 
 ``cache`` (Cache: argument checks, result shapes, the one read path and the one write path),
 ``base`` (a directory's parts composed: opening, settings, administration, close),
+``memorysettings`` (the memory tier's bounds and statistics), ``serializer`` (the write paths'
+``Disk.store``, and the `Role` an owner fixes: a shard's maximum item size),
 ``counters`` (incr/decr), ``queue`` (push, pull, peek), ``iteration`` (keys a page at a time),
 ``check`` (do the database and the value files agree), ``awaitable`` (the ``a*`` twins) and
 ``getforms`` (the result shapes of ``get`` for type checkers).

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .._cache.cache import Cache
+from .._cache.serializer import Role
 from .._store.dbfile import in_wal_mode
 from .._store.tags import TAG_TABLE_EXISTS
 from .._disk.disk import ENOVAL, Disk
@@ -186,9 +187,11 @@ def open_shards(
     shards: list[Cache] = []
     try:
         for shard_directory in find_shard_directories(directory):
-            shards.append(Cache(shard_directory, timeout=timeout, disk=disk, **code_only))
             # A directory removed while the command runs is an error here, not made anew.
-            shards[-1]._store.pool.recreate = None
+            role = Role(recreate=False)
+            shards.append(
+                Cache(shard_directory, timeout=timeout, disk=disk, _role=role, **code_only)
+            )
     except BaseException:
         for shard in shards:
             shard.close()

@@ -1002,3 +1002,24 @@ def test_a_process_leaving_before_handing_its_listener_the_settings_prints_nothi
         eventually(cache._remote._words.lease_valid)
     finally:
         cache.close()
+
+
+def test_the_remote_tier_answers_from_the_memory_tiers_own_hit_path(hosts):
+    """A remote cache's get asks its memory tier through the function that tier builds
+    (`MemoryTier.hit`, the local get's too), which answers a copy only while the lease holds."""
+    (cache,) = hosts(1)
+    eventually(cache._remote._words.lease_valid)
+    cache.set("key", "value")
+    tier = cache._remote._memory
+    asked = []
+    hit = tier.hit
+
+    def counting(key, default):
+        asked.append(key)
+        return hit(key, default)
+
+    tier.hit = counting
+    assert cache.get("key") == "value"
+    assert cache.get("key") == "value"
+    assert asked == ["key", "key"]
+    assert cache.memory_stats().hits >= 1  # answered from memory
