@@ -172,7 +172,9 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, ShardRemovals, AsyncDataMixin
         self._count = shards
         self._timeout = timeout
         self._disk_type = disk
-        self._shards = open_shards(directory, shards, timeout, disk, checked, total, memory_limits)
+        self._shards = open_shards(
+            directory, shards, timeout, disk, checked, total, memory_limits, layout
+        )
         bind_layout(directory, layout, self._shards)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get

@@ -9,27 +9,23 @@ a Cache would store the item and evict it at its next size check, a silent loss)
 
 from __future__ import annotations
 
+import functools
 import os.path as op
-import weakref
 from typing import Any
 
 from .._store import schema as sql
 from .._cache.cache import Cache
+from .._cache.serializer import ItemTooLargeError, Role, check_share
 from .._disk.directories import open_subdirectory
-from .._disk.disk import UNKNOWN, Disk
-from .layout import shard_name
+from .._disk.disk import Disk
+from .layout import guard_shard, shard_name
 from .._memory.tier import MemoryStats
 from .._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS, validate_settings
 
-__all__ = ["ItemTooLargeError", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
-           "split_evenly"]  # fmt: skip
-
-
-class ItemTooLargeError(ValueError):
-    """An item larger than its shard's share of ``size_limit`` (the share rule): refused before
-    anything is stored. A ValueError; the Django backend turns it into a set that stores
-    nothing, as Django's backends treat a value too large to cache."""
-
+__all__ = [
+    "ItemTooLargeError", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
+    "split_evenly",
+]
 
 
 def split_evenly(total: int, shards: int) -> list[int]:
@@ -46,48 +42,6 @@ def memory_shares(total: int, shards: int) -> list[int]:
     return split_evenly(total, shards)
 
 
-def check_share(size: int, limit: int) -> None:
-    """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
-    ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
-    if size > limit:
-        raise ItemTooLargeError(
-            f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
-            "(FanoutCache splits size_limit evenly over its shards)"
-        )
-
-
-def _store_within_share(shard: Cache) -> None:
-    """Make `shard` refuse an item larger than its size limit, with ValueError, as it is
-    serialized: that is where its stored size (a pickle's, a stream's) is first known, before
-    anything is written to the database; a value file written for it is removed.
-
-    Done by wrapping ``store`` on the shard's own Disk object (Cache's public ``disk``), so the
-    shard keeps the Disk type the user chose and no private part of Cache is involved.
-    """
-    disk = shard.disk
-    store, remove = disk.store, disk.remove
-    owner = weakref.ref(shard)  # the Disk belongs to the shard: no reference cycle
-
-    def store_within_share(
-        value: Any, read: bool, key: Any = UNKNOWN
-    ) -> tuple[int, int, str | None, Any]:
-        stored = store(value, read, key)
-        size, _, filename, db_value = stored
-        if not size and type(db_value) in (bytes, str):
-            size = len(db_value)
-        cache = owner()
-        if cache is not None:
-            try:
-                check_share(size, cache.size_limit)
-            except ValueError:
-                if filename is not None:
-                    remove(filename)
-                raise
-        return stored
-
-    disk.store = store_within_share  # type: ignore[method-assign]
-
-
 def open_shards(
     directory: str,
     count: int,
@@ -96,11 +50,14 @@ def open_shards(
     checked: dict[str, Any],
     total: int | None,
     memory_limits: dict[str, int],
+    layout: str,
 ) -> tuple[Cache, ...]:
     """Open `count` shards under `directory` with the validated settings `checked`.
 
     `total` is the size limit the caller gave (None: each existing shard keeps its own);
-    `memory_limits` are the memory tier's bounds for all shards together.
+    `memory_limits` are the memory tier's bounds for all shards together; `layout` the
+    directory's (a shard's connections check its directory: `guard_shard`). Each shard refuses
+    an item larger than its share (`Role.within_size_limit`, checked as the item is serialized).
     """
     shares = split_evenly(DEFAULT_SETTINGS["size_limit"] if total is None else total, count)
     memory = {name: memory_shares(value, count) for name, value in memory_limits.items()}
@@ -120,9 +77,11 @@ def open_shards(
             shard_settings["size_limit"] = shares[number]
         if remote:
             shard_settings["remote_prefix"] = prefixes[number]
-        shard = Cache(path, timeout=timeout, disk=disk, **remote, **shard_settings)
-        _store_within_share(shard)
-        shards.append(shard)
+        guard = functools.partial(guard_shard, directory, count, layout, number)
+        role = Role(guard=guard, within_size_limit=True)
+        shards.append(
+            Cache(path, timeout=timeout, disk=disk, _role=role, **remote, **shard_settings)
+        )
     return tuple(shards)
 
 
