@@ -20,11 +20,9 @@ from ._disk.disk import (
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
 from ._recipes.memokeys import args_to_key
 from ._recipes.locks import full_name
-from ._store.schema import DBNAME, EVICTION_POLICY
+from ._store.schema import DBNAME, EVICTION_POLICY, METADATA
 from ._settings import DEFAULT_SETTINGS
 
-#: python-diskcache's counters rows and their initial values (its ``diskcache.core.METADATA``).
-METADATA = {"count": 0, "size": 0, "hits": 0, "misses": 0}
 
 __all__ = [
     "DBNAME",

@@ -60,8 +60,6 @@ TOP_LEVEL = 'top level'
 # entry whose import is gone makes test_known_back_edges_still_exist fail.
 KNOWN_BACK_EDGES = {
     ('_settings', '_store.schema'): 'eviction policies move out of the schema module (item 5)',
-    ('_store.connections', '_memory.tier'): 'the writer side of the version protocol moves to the store (item 3)',
-    ('_store.store', '_memory.tier'): 'the writer side of the version protocol moves to the store (item 3)',
     ('_remote.listenerprocess', '_cache.cache'): 'the refresher opens a Cache (item 2)',
     ('_recipes.memo', '_cache.awaitable'): 'memoize uses the awaitable twins\' thread pool',
 }

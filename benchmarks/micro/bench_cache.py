@@ -26,6 +26,8 @@ OTHER_1MB = b"e" * 1_000_000
 
 OpenCache = Callable[..., CacheLike]
 WARM_READS = 20_000
+UNIFORM_ITEMS = 200_000  # more than the memory tier holds
+QUICK_UNIFORM_ITEMS = 20_000  # (a smoke run: a tenth, the same code paths)
 
 
 def names(prefix: str, count: int) -> list[str]:
@@ -74,10 +76,33 @@ def test_get_miss(open_cache: OpenCache, measure: Measure) -> None:
 
 def test_get_cold_100b(open_cache: OpenCache, measure: Measure) -> None:
     cache = open_cache()
-    keys = names("key", 25_000)  # more than any run reads: every read is a key's first
+    keys = names("key", measure.calls("get_cold_100b"))  # every read is a key's first
     with cache.transact():
         populate(cache, keys, VALUE_100B)
     assert measure("get_cold_100b", cache.get, arguments((key,) for key in keys)) == VALUE_100B
+
+
+def measure_get_other(
+    open_cache: OpenCache, measure: Measure, operation: str, value: bytes
+) -> None:
+    """Reads, each of a key's first, of keys written through another Cache object on the same
+    directory (closed before the reads): neither object's memory tier holds them."""
+    writer = open_cache()
+    keys = names("key", measure.calls(operation))
+    with writer.transact():
+        populate(writer, keys, value)
+    writer.close()
+    reader = open_cache(same_as=writer)
+    len(reader)  # untimed: opens the connections (of every shard, in a FanoutCache)
+    assert measure(operation, reader.get, arguments((key,) for key in keys)) == value
+
+
+def test_get_other_100b(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_other(open_cache, measure, "get_other_100b", VALUE_100B)
+
+
+def test_get_other_10kb(open_cache: OpenCache, measure: Measure) -> None:
+    measure_get_other(open_cache, measure, "get_other_10kb", VALUE_10KB)
 
 
 def test_get_miss_new(open_cache: OpenCache, measure: Measure) -> None:
@@ -89,14 +114,14 @@ def test_get_miss_new(open_cache: OpenCache, measure: Measure) -> None:
 
 def test_get_uniform_1kb(open_cache: OpenCache, measure: Measure) -> None:
     cache = open_cache()
-    count = 200_000
+    count = QUICK_UNIFORM_ITEMS if measure.quick else UNIFORM_ITEMS
     with cache.transact():
         populate(cache, names("key", count), VALUE_1KB)
     draw = random.Random(0)
     keys = (f"key-{draw.randrange(count)}" for _ in itertools.count())
     # The steady state of a long-running reader, not the first reads of a fresh one: as many
     # untimed reads first as the timed ones of all repeats (both libraries alike).
-    for key in itertools.islice(keys, WARM_READS):
+    for key in itertools.islice(keys, WARM_READS // 10 if measure.quick else WARM_READS):
         cache.get(key)
     assert measure("get_uniform_1kb", cache.get, arguments((key,) for key in keys)) == VALUE_1KB
 

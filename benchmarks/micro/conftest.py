@@ -74,8 +74,13 @@ def open_cache(implementation: Implementation) -> Iterator[Callable[..., CacheLi
     opened: list[CacheLike] = []
     with tempfile.TemporaryDirectory(prefix="micro-bench-") as root:
 
-        def open_(**settings: Any) -> CacheLike:
-            cache = implementation.factory(os.path.join(root, f"cache-{len(opened)}"), **settings)
+        def open_(same_as: CacheLike | None = None, **settings: Any) -> CacheLike:
+            """A cache in a fresh directory, or another object on ``same_as``'s directory."""
+            if same_as is None:
+                directory = os.path.join(root, f"cache-{len(opened)}")
+            else:
+                directory = str(same_as.directory)
+            cache = implementation.factory(directory, **settings)
             opened.append(cache)
             return cache
 

@@ -39,6 +39,7 @@ class Measure:
             family=impl.family,
             peer_family=impl.peer_family or impl.family,
             ours=impl.ours,
+            library=impl.library,
             repeat=self.repeat,
         )
         return self.benchmark.pedantic(

@@ -45,6 +45,11 @@ OPERATIONS: tuple[Operation, ...] = (
     # uniform reads over more items than the tier holds.
     Operation("get_cold_100b", "get 100 B, each key read once", 0.85, 20_000),
     Operation("get_miss_new", "get miss, key never read", 0.85, 20_000),
+    # Keys written through another Cache object on the same directory (another process, in
+    # practice), each read once: no tier holds them, every get reads SQLite (and the 10 KB one
+    # its value), as a reader that did not write them.
+    Operation("get_other_100b", "get 100 B, read once (another Cache object)", 0.85, 20_000),
+    Operation("get_other_10kb", "get 10 KB, read once (another Cache object)", 0.85, 20_000),
     Operation("get_uniform_1kb", "get 1 KB, uniform over 200k items", 0.85, 20_000, quick_rounds=40),
     Operation("set_new_100b", "set 100 B new key", 0.6, 20_000),
     Operation("set_overwrite_100b", "set 100 B overwrite", 0.6, 20_000),

@@ -21,13 +21,18 @@ from .._store import reaper as _reaper
 from .._store import schema as sql
 from .._arguments import check_timeout, whole_number
 from .check import check_cache
-from .._store.connections import FetchedRows
+from .._store.connections import FetchedRows, PoolHooks
+from .memorysettings import MemorySettings
+from .serializer import Role, serializer
 from .._disk.directories import open_cache_directory
 from .._disk.default import disk_type
 from .._disk.disk import ENOVAL, Disk
+from .._eviction.access import AccessLog
+from .._store.creation import TAG_INDEX_CREATE, TAG_INDEX_DROP
 from .._eviction.evictor import Evictor
+from .._eviction.sizecheck import SizeCheck
 from .._store.handoff import lock_handoff
-from .._memory.tier import MemoryStats, MemoryTier
+from .._memory.tier import MemoryTier
 from .._store.opening import open_database
 from .._remote.stamps import REMOTE_FILE
 from .._reprs import opened_as
@@ -35,7 +40,6 @@ from .queue import QueueMethods, Queues
 from .tags import ItemTags
 from .._settings import (
     CODE_ONLY_SETTINGS,
-    MEMORY_DEFAULTS,
     SettingAttribute,
     check_compress_change,
     check_disk_option,
@@ -55,7 +59,7 @@ _Self = TypeVar("_Self", bound="CacheBase")
 SETTINGS_WAIT = 60.0
 
 
-class CacheBase(QueueMethods):
+class CacheBase(MemorySettings, QueueMethods):
     """A cache directory's parts and the calls that go straight to one of them."""
 
     def __init__(
@@ -64,7 +68,7 @@ class CacheBase(QueueMethods):
         timeout: float = 60,
         disk: type[Disk] | None = None,
         *,
-        recreate_removed: bool = True,
+        _role: Role | None = None,
         **settings: Any,
     ) -> None:
         """Open (creating if needed) the cache in `directory`.
@@ -77,9 +81,8 @@ class CacheBase(QueueMethods):
             the bounds of its memory tier (:doc:`memory`; 0 turns it off), and ``read_only``:
             when true, an existing cache is opened without writing a byte (no migration, no new
             file; every later read too) and writes raise `DatabaseError`
-        :param recreate_removed: when the directory is removed while the cache is open (a
-            deploy, a tmp cleaner), make it anew, empty, as other processes do (the default), or
-            let operations fail (False: the command-line tool; not kept when pickled)
+        :param _role: what the owner of this object fixes (a FanoutCache for its shards; see
+            `Role`): private
         """
         disk = disk_type(disk)
         timeout = check_timeout(timeout)
@@ -94,7 +97,13 @@ class CacheBase(QueueMethods):
             )
         self._timeout = timeout
         self._code_only = code_only  # kept when the cache is pickled
-        opened = open_database(directory, timeout, disk, checked, code_only)
+        role = Role() if _role is None else _role
+        hooks = PoolHooks(
+            rebind=_rebinder(self),
+            recreate=_recreator(self) if role.recreate else None,
+            guard=role.guard,
+        )
+        opened = open_database(directory, timeout, disk, checked, code_only, hooks)
         self._settings = opened.settings
         self.__dict__.update(extra_attributes(opened.settings))  # sqlite_*/disk_* given by name
         self._counters = opened.counters
@@ -104,12 +113,11 @@ class CacheBase(QueueMethods):
         # The lock handoff needs WAL (elsewhere readers meet the lock too: SQLite's wait waits).
         wal = str(opened.settings.sqlite_journal_mode).lower() == "wal"
         handoff = lock_handoff(opened.pool.words) if wal else None
-        self._store = Store(opened.pool, timeout, opened.disk, handoff)
-        opened.pool.rebinds.append(_memory_rebinder(self))
-        if recreate_removed and not opened.pool.read_only:
-            opened.pool.recreate = _recreator(self)
+        access = AccessLog(opened.settings.eviction_policy, opened.settings.statistics)
+        sizing = SizeCheck(opened.settings, access)  # the Store's size budget
+        self._store = Store(opened.pool, timeout, opened.disk, handoff, sizing)
         self._local = opened.pool.local  # this thread's connection, for the hot read path
-        self._evictor = Evictor(self._store, opened.settings)
+        self._evictor = Evictor(self._store, opened.settings, sizing)
         # With the standard Disk.fetch a raw column value is the value: no call needed.
         self._plain_fetch = type(opened.disk).fetch is Disk.fetch
         # With the standard Disk.put, str and bytes keys are their own database key (raw).
@@ -117,12 +125,16 @@ class CacheBase(QueueMethods):
         self._native_numbers = self._plain_fetch and type(opened.disk).store is Disk.store
         # With the standard store and fetch, a value file must be as long as its row says.
         self._sized_files = self._native_numbers
-        self._queues = Queues(self._store, opened.disk, self._sized_files)
+        # Serializes what the write paths store; a shard's refuses an item over its size limit
+        # (the one in force: a closure over the settings, not the cache, so no reference cycle).
+        in_force = opened.settings
+        self._serialize = serializer(
+            self._store, opened.disk,
+            (lambda: int(in_force.size_limit)) if role.within_size_limit else None,
+        )
+        self._queues = Queues(self._store, opened.disk, self._sized_files, self._serialize)
         self._tags = ItemTags(self._store, opened.disk)
         self._memory: MemoryTier | None = None
-        # What Cache.get looks up first: the memory tier, or None while it is off or while a
-        # sampled tier (_memory/tier.py, "Sampling") is skipped.
-        self._lookups: MemoryTier | None = None
         self._open_tiers(code_only)
 
     def _open_tiers(self, code_only: dict[str, Any]) -> None:
@@ -247,72 +259,6 @@ class CacheBase(QueueMethods):
         """Drop the tag index."""
         self.reset("tag_index", 0)
 
-    # --- the memory tier (per object and process; see _memory/tier.py) --------------------------
-
-    def _memory_limits(self) -> tuple[int, int]:
-        """The memory tier's (size, item) bounds this object was given (or the defaults)."""
-        limits = {**MEMORY_DEFAULTS, **self._code_only}
-        return int(limits["memory_size_limit"]), int(limits["memory_item_limit"])
-
-    def _configure_memory(self) -> None:
-        """Make, bound anew, or turn off the memory tier, validated by the version words."""
-        size_limit, item_limit = self._memory_limits()
-        words = self._store.words
-        if not size_limit or not item_limit or words is None:
-            # Off (or impossible: read-only media that another process may still change).
-            if self._memory is not None:
-                self._memory.set_limits(0, 0)  # empty, and keeping nothing, for a get under way
-            self._memory = None
-        elif self._memory is None:
-            self._memory = MemoryTier(
-                words, size_limit, item_limit, self._plain_keys, self._native_numbers,
-                self._disk.put,
-            )
-            self._memory.local = self._store.local
-        else:
-            self._memory.set_limits(size_limit, item_limit)
-        self._lookups = self._memory
-
-    def _rebind_memory(self, words: memoryview) -> None:
-        """The pool mapped the version words anew: the memory tier validates by these now."""
-        if self._memory is not None:
-            self._memory.rebind(words)
-
-    @property
-    def memory_size_limit(self) -> int:
-        """Bytes this object's memory tier may hold in this process (0: the tier is off).
-
-        Assigning it takes effect at once (entries beyond it are dropped); it is never stored.
-        """
-        return int({**MEMORY_DEFAULTS, **self._code_only}["memory_size_limit"])
-
-    @memory_size_limit.setter
-    def memory_size_limit(self, value: int) -> None:
-        self._code_only["memory_size_limit"] = validate_setting("memory_size_limit", value)
-        self._configure_memory()
-
-    @property
-    def memory_item_limit(self) -> int:
-        """Items this object's memory tier may hold in this process (0: the tier is off)."""
-        return int({**MEMORY_DEFAULTS, **self._code_only}["memory_item_limit"])
-
-    @memory_item_limit.setter
-    def memory_item_limit(self, value: int) -> None:
-        self._code_only["memory_item_limit"] = validate_setting("memory_item_limit", value)
-        self._configure_memory()
-
-    def memory_stats(self, reset: bool = False) -> MemoryStats:
-        """This process's memory tier of this cache: ``(hits, misses, items, size, size_limit,
-        item_limit)``, a named tuple; with `reset`, zero the hit and miss counts afterwards.
-
-        Memory hits also count as hits in `stats` (when statistics are on); `stats` keeps
-        python-diskcache's ``(hits, misses)`` shape. All zeros while the tier is off.
-        """
-        memory = self._memory
-        if memory is None:
-            return MemoryStats(0, 0, 0, 0, 0, 0)
-        return memory.stats(reset)
-
     # --- properties -----------------------------------------------------------------------------
 
     @property
@@ -340,7 +286,7 @@ class CacheBase(QueueMethods):
         """Disk used for serialization."""
         return self._disk
 
-    # --- removals and limits (see _eviction/evictor.py) -------------------------------------------------
+    # --- removals and limits (see _eviction/evictor.py) -----------------------------------------
 
     def expire(self, now: float | None = None, retry: bool = False) -> int:
         """Remove items that expired before `now` (default: the current time); return how many."""
@@ -473,7 +419,7 @@ def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:
     if index is not None:
         statements.append((index, ()))
     elif key == "tag_index":
-        statements.append((sql.TAG_INDEX_CREATE if value else sql.TAG_INDEX_DROP, ()))
+        statements.append((TAG_INDEX_CREATE if value else TAG_INDEX_DROP, ()))
     return statements
 
 
@@ -500,13 +446,17 @@ def _recreator(cache: CacheBase) -> Callable[[], None]:
     return recreate
 
 
-def _memory_rebinder(cache: CacheBase) -> Callable[[memoryview], None]:
-    """What `cache`'s memory tier does when the pool maps the version words anew."""
+def _rebinder(cache: CacheBase) -> Callable[[memoryview], None]:
+    """The pool's `rebind` hook: when it maps the version words anew, `cache`'s store and memory
+    tier use those (held weakly: the pool belongs to the cache)."""
     owner = weakref.ref(cache)
 
     def rebind(words: memoryview) -> None:
         live = owner()
-        if live is not None:
-            live._rebind_memory(words)
+        store = getattr(live, "_store", None)  # (None while the database is being opened)
+        if live is None or store is None:
+            return
+        store.rebind(words)
+        live._rebind_memory(words)
 
     return rebind

@@ -5,7 +5,8 @@ Hot-path shape (see ARCHITECTURE.md, Speed principles):
 - a get is one constant SELECT on this thread's connection — never a write, whatever the
   eviction policy or statistics (those are batched by the Evictor's access log);
 - set, add, delete, pop, touch and most incr calls are one autocommit statement;
-- a get the memory tier answers is a dict lookup and one shared-word comparison, inline here.
+- a get the memory tier answers is a dict lookup and one shared-word comparison, in the one
+  function the tier builds for it (`MemoryTier.hit`, used by the remote tier as well).
 """
 
 from __future__ import annotations
@@ -32,32 +33,21 @@ from .metrics import Observed
 from .tags import TagOperations
 from .._recipes.memo import typed_memoize
 from .._recipes.memo import memoize as _memoize
-from .._memory.tier import ABSENT
+from .._memory.tier import FILL, MISS
 from .queue import GONE
 from .remote import RemoteItems, facade_class
 from .._store.rows import raise_decode_error, reads_as_miss
-from .._store.store import MIN_WRITE_CHARGE, Store
+from .._store.store import MIN_WRITE_CHARGE
 
 __all__ = ["Cache", "RemoteCache"]
 
 _C = TypeVar("_C", bound="Cache")
 _FILE_RACE_RETRIES = 10  # a value file replaced between our SELECT and open: read the row again
+_REREAD: Any = object()  # (`Cache._decoded`: read the row again)
+_MISSED: Any = object()  # (`Cache._decoded`: a miss)
 _SELECT_VALUE, _SELECT_VALUE_EXPIRY, _SELECT_ITEM, _SELECT_ITEM_STORED = (
     sql.SELECT_VALUE, sql.SELECT_VALUE_EXPIRY, sql.SELECT_ITEM, sql.SELECT_ITEM_STORED
 )
-
-
-def _serialize(
-    store: Store, disk: Disk, value: Any, read: bool, key: Any
-) -> tuple[int, int, str | None, Any]:
-    """``disk.store``; where the cache directory was removed while open (no value file can be
-    made), once more after the store made it anew (not for a stream: it is not read twice)."""
-    try:
-        return disk.store(value, read, key=key)
-    except FileNotFoundError:
-        if read or not store.follow_removed_directory():
-            raise
-        return disk.store(value, read, key=key)
 
 
 def _dropped_unreadable(cache: Cache, exc: Exception, row: tuple[Any, ...]) -> bool:
@@ -123,6 +113,9 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
 
     # --- reads ----------------------------------------------------------------------------------
 
+    # Cache.get is one function of ~115 lines on purpose: the read path below the memory tier
+    # runs inline (each call a get makes costs ~0.1 us of a miss, measured); the memory tier's
+    # hit path is the tier's (`MemoryTier.hit`), a decode that needs the Disk `_decoded`.
     @typed_get
     def get(
         self,
@@ -152,64 +145,21 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         """
         if tags:
             return self._get_tagged(key, default, read, expire_time, tag, retry, store_time)
-        memory = self._lookups  # the memory tier, unless it is off or sampled (_memory/tier.py)
-        refill = memory is not None and not read  # whether to ask MemoryTier.begin_fill
-        plain = False  # the key is its own database key (the standard Disk's str and bytes)
-        if memory is None:
-            memory = self._memory
-            if memory is not None and not read:  # sampled: the tier rarely answers, skipped
-                memory.misses += 1
-                memory.skip -= 1
-                if memory.skip <= 0 and memory is self._memory:  # (not turned off meanwhile)
-                    self._lookups = memory  # the next get looks it up
-        elif not (read or expire_time or tag or store_time):
-            # MemoryTier.lookup, inline: the hottest path of all, where one method call costs
-            # a tenth of the hit (measured with benchmarks.micro). Same rule, same order.
-            kind = type(key)
-            if (kind is str or kind is bytes) and memory.plain_keys:
-                map_key = key
-                plain = True
+        memory = self._memory
+        refill = False  # whether to ask MemoryTier.begin_fill
+        if memory is not None and not read:
+            if not (expire_time or tag or store_time):
+                found = memory.hit(key, default)  # the tier's hit path (built by the tier)
+                if found is not MISS:
+                    if found is not FILL:
+                        return found
+                    refill = True
             else:
-                map_key = memory.key_for(key)
-            entries = memory.entries
-            entry = entries.get(map_key)
-            if entry is None:
-                # MemoryTier.begin_fill's commonest answer, inline (it runs on every miss of a
-                # key the tier does not hold): a key not seen lately is noted, not filled.
-                seen = hash(map_key)
-                recent = memory.recent
-                if seen not in recent:
-                    memory.misses += 1
-                    if memory.hits + memory.misses >= memory.forget_at:
-                        memory.forget_recent()
-                    recent.add(seen)
-                    refill = False
-                    if memory.gap:
-                        following = memory.sampled_miss()
-                        if memory is self._memory:  # (not turned off meanwhile)
-                            self._lookups = following
-            elif memory.words[entry.word] == entry.tag:
-                expires = entry.expire_time
-                if expires is None or expires > time.time():
-                    memory.hits += 1
-                    try:
-                        entries.move_to_end(map_key)
-                    except KeyError:  # evicted by another thread just now
-                        pass
-                    mode = entry.fetch_mode
-                    if self._evictor.tracks_reads:
-                        self._evictor.note_read(
-                            entry.db_key, entry.raw, mode is not ABSENT, time.time()
-                        )
-                    if mode is None:
-                        return entry.stored
-                    if mode is ABSENT:
-                        memory.absent_hits += 1
-                        return default
-                    return self._disk.fetch(mode, None, entry.stored, False)
+                refill = memory.fills_unanswered()
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
-        if plain or ((type(key) is str or type(key) is bytes) and self._plain_keys):
+        db_key: Any
+        if (type(key) is str or type(key) is bytes) and self._plain_keys:
             db_key, raw = key, 1  # raw as an int: a bool parameter costs sqlite3 ~0.4 us
         else:
             db_key, raw = self._disk.put(key)
@@ -255,23 +205,12 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
             else:
                 if filename is not None and not self._sized_files:
                     db_value = None  # the row's size (SELECT_VALUE): its own Disk gets NULL
-                try:
-                    value = self._disk.fetch(mode, filename, db_value, read)
-                except FileNotFoundError:  # replaced by another writer since the SELECT
+                value = self._decoded(key, (db_key, raw, mode, filename, db_value), read, races)
+                if value is _REREAD:  # its value file was replaced since the SELECT
                     races += 1
-                    if races < _FILE_RACE_RETRIES:
-                        continue  # read the row again
-                    if memory is not None:  # it kept changing under us: a miss, nothing kept
-                        memory.forget_key(db_key, raw)
-                    fill = None
-                    break
-                except Exception as exc:  # (only here: a row is judged when its decode failed)
-                    if not _dropped_unreadable(self, exc, (db_key, raw, mode, filename, db_value)):
-                        raise_decode_error(
-                            exc, self._disk, mode, filename, db_value, None, key,
-                            self._store.pool.path,
-                        )
-                    if memory is not None:
+                    continue
+                if value is _MISSED:
+                    if memory is not None:  # nothing kept
                         memory.forget_key(db_key, raw)
                     fill = None
                     break
@@ -302,6 +241,24 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
             return shape(default, None, None, expire_time, tag)
         return default
 
+    def _decoded(self, key: Any, row: tuple[Any, ...], read: bool, races: int) -> Any:
+        """The value of `row` (key, raw, mode, filename, value) as the Disk decodes it; or
+        _REREAD: its value file was replaced by another writer since the SELECT (read the row
+        again); or _MISSED: it reads as a miss (replaced again and again, or unreadable under
+        ``on_error='miss'``, and then dropped). Other decode failures raise, judged here only
+        (a row is judged when its decode failed)."""
+        _, _, mode, filename, db_value = row
+        try:
+            return self._disk.fetch(mode, filename, db_value, read)
+        except FileNotFoundError:
+            return _REREAD if races + 1 < _FILE_RACE_RETRIES else _MISSED
+        except Exception as exc:
+            if not _dropped_unreadable(self, exc, row):
+                raise_decode_error(
+                    exc, self._disk, mode, filename, db_value, None, key, self._store.pool.path
+                )
+            return _MISSED
+
     def __getitem__(self, key: Any) -> Any:
         """Return the value for `key`; KeyError when missing."""
         value = self.get(key, ENOVAL, retry=True)
@@ -320,9 +277,9 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         """True when `key` is present and not expired."""
         memory = self._memory
         if memory is not None:
-            entry = memory.lookup(key, touch=False)
-            if entry is not None:
-                return entry.fetch_mode is not ABSENT
+            known = memory.contains(key)
+            if known is not None:
+                return known
         db_key, flag = self._disk.put(key)
         raw = 1 if flag else 0  # the int SQLite stores (see put_key)
         try:
@@ -390,7 +347,7 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None and tags is None:
             tag = check_tag(tag)
-        size, mode, filename, db_value = _serialize(self._store, disk, value, read, key)
+        size, mode, filename, db_value = self._serialize(value, read, key)
         charge = size or (len(db_value) if type(db_value) in (bytes, str) else 0)
         if expires is None and tag is None and filename is None:
             statement = sql.PLAIN_VARIANT[statement]  # no None parameters (see there)
@@ -405,19 +362,18 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         # size check the write may run sees this item as the newest; undone if nothing is stored.
         refresh = evictor.tracks_writes
         before = evictor.note_write(db_key, raw, now) if refresh else None
-        if evictor.read_counts:  # least-frequently-used: the check spares the key (see there)
-            evictor.writing.key = (db_key, raw)
         try:
+            spared = evictor.spares(db_key, raw) if evictor.read_counts else None  # write context
             if extras:  # the row and its extra tags in one transaction (_cache.tags)
                 count, published = self._tags.write(
                     statement, params, retry, filename,
                     charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
-                    db_key, raw, extras,
+                    db_key, raw, extras, spared,
                 )
             else:
                 count, published = store.write(
                     statement, params, retry, filename,
-                    charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE,
+                    charge if charge > MIN_WRITE_CHARGE else MIN_WRITE_CHARGE, spared,
                 )
         except BaseException as exc:
             if refresh:

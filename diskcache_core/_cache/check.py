@@ -240,10 +240,10 @@ class _Reads:
 def _drop_row(state: "ThreadState", rowid: int, keep_file: bool) -> None:
     """Delete row `rowid`; with `keep_file`, take back the removal its trigger queued, so a file
     the row should never have named is not touched."""
-    mark = len(state.released)
+    mark = len(state.txn.released)
     state.execute(sql.DELETE_ROWID, (rowid,))
     if keep_file:
-        del state.released[mark:]
+        del state.txn.released[mark:]
 
 
 # Value files are two levels down, a named sub-collection's a few more; deeper is someone else's.

@@ -47,11 +47,13 @@ def check_delta(name: str, delta: Any, default: Any) -> None:
 
 def increment(
     store: Store, disk: Disk, native: bool, key: Any, stored_as: tuple[Any, Any], delta: Any,
-    default: Any, retry: bool,
+    default: Any, retry: bool, spared: tuple[Any, Any] | None = None,
+    serialize: Callable[..., tuple[int, int, str | None, Any]] | None = None,
 ) -> Any:
     """Add `delta` to the number at `key` (from `default` when missing; KeyError when that is
     None); return the new value. `stored_as`: the key's ``(db_key, raw)``; `native`: the Disk
-    stores numbers natively."""
+    stores numbers natively; `spared`: the write context for the size check (`Store.write`);
+    `serialize`: the cache's write-path serializer (`serializer`; None: ``disk.store``)."""
     db_key, raw = stored_as
     kind = type(delta)
     if native and (kind is float or (kind is int and _INT64_MIN <= delta <= _INT64_MAX)):
@@ -66,18 +68,26 @@ def increment(
                 (type(start) is float and start == start)  # inf + -inf is NaN: pickled
                 or (type(start) is int and _INT64_MIN <= start <= _INT64_MAX)
             ):
-                return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
+                return _increment_in_python(
+                    store, disk, key, db_key, raw, delta, default, retry, serialize
+                )
             statement, params = sql.INCR_UPSERT, (delta, now, db_key, raw, start)
-        rowcount, value = store.write_capturing(statement, params, retry, MIN_WRITE_CHARGE)
+        rowcount, value = store.write_capturing(
+            statement, params, retry, MIN_WRITE_CHARGE, spared
+        )
         if rowcount == 1:
             return start if value is NO_VALUE else value
-    return _increment_in_python(store, disk, key, db_key, raw, delta, default, retry)
+    return _increment_in_python(
+        store, disk, key, db_key, raw, delta, default, retry, serialize
+    )
 
 
 def _increment_in_python(
-    store: Store, disk: Disk, key: Any, db_key: Any, raw: Any, delta: Any, default: Any, retry: bool
+    store: Store, disk: Disk, key: Any, db_key: Any, raw: Any, delta: Any, default: Any,
+    retry: bool, serialize: Callable[..., tuple[int, int, str | None, Any]] | None,
 ) -> Any:
     # Any Disk, any number type: read, add in Python, write back, in one transaction.
+    store_value = disk.store if serialize is None else serialize
     with store.transaction(retry) as state:
         now = time.time()
         row = state.execute(sql.SELECT_FOR_UPDATE, (db_key, raw)).fetchone()
@@ -94,7 +104,7 @@ def _increment_in_python(
             if default is None:
                 raise KeyError(key)
             value = _add(key, default, delta)
-            size, mode, filename, db_value = disk.store(value, False, key=key)
+            size, mode, filename, db_value = store_value(value, False, key=key)
             params = (db_key, raw, now, None, None, size, mode, filename, db_value)
             store.write(sql.UPSERT, params, retry, filename)  # joins the transaction
             return value
@@ -104,7 +114,7 @@ def _increment_in_python(
                 " not a number"
             )
         value = _add(key, current, delta)
-        size, mode, new_file, db_value = disk.store(value, False, key=key)
+        size, mode, new_file, db_value = store_value(value, False, key=key)
         update = (now, size, mode, new_file, db_value, rowid)
         store.write(sql.UPDATE_VALUE, update, retry, new_file)
         return value
@@ -143,6 +153,7 @@ class AtomicChanges:
     _disk: Disk
     _evictor: Evictor
     _native_numbers: bool
+    _serialize: Callable[..., Any]
 
     def incr(
         self, key: Any, delta: float = 1, default: float | None = 0, retry: bool = False
@@ -159,8 +170,10 @@ class AtomicChanges:
         refresh = evictor.tracks_writes  # noted before the write, as a set's (see _store_item)
         before = evictor.note_write(*stored_as, time.time()) if refresh else None
         try:
-            result = increment(store, self._disk, self._native_numbers, key, stored_as, delta,
-                               default, retry)  # fmt: skip
+            result = increment(
+                store, self._disk, self._native_numbers, key, stored_as, delta, default, retry,
+                evictor.spares(*stored_as) if evictor.read_counts else None, self._serialize,
+            )
         except BaseException:
             if refresh:
                 evictor.undo_write(*stored_as, before)
@@ -177,7 +190,6 @@ class AtomicChanges:
         """Subtract `delta` from the number stored at `key`, atomically; see `incr`."""
         check_delta("decr", delta, default)
         return self.incr(key, -delta, default, retry)
-
 
     def update(
         self,

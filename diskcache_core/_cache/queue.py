@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .._store import schema as sql
 from .._arguments import QUEUE_START, check_bindable, check_side, check_tag, expire_at, key_range, shape
@@ -33,9 +33,14 @@ GONE = (FileNotFoundError, UnreadableEntry)
 class Queues:
     """push/pull/peek/peekitem over one cache's Store (Cache's queue methods call these)."""
 
-    def __init__(self, store: Store, disk: Disk, sized_files: bool) -> None:
+    def __init__(
+        self, store: Store, disk: Disk, sized_files: bool,
+        serialize: Callable[..., tuple[int, int, str | None, Any]] | None = None,
+    ) -> None:
+        """`serialize`: the cache's write-path serializer (`serializer`; None: ``disk.store``)."""
         self._store = store
         self._disk = disk
+        self._serialize = disk.store if serialize is None else serialize
         self._sized_files = sized_files  # a value file must be as long as its row says
 
     def fetch_row(
@@ -77,7 +82,7 @@ class Queues:
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None:
             tag = check_tag(tag)
-        size, mode, filename, db_value = self._disk.store(value, read)
+        size, mode, filename, db_value = self._serialize(value, read)
         with self._store.transaction(retry, new_file=filename) as state:
             row = state.execute(sql.QUEUE_END[side], (low, high)).fetchone()
             if row is None:
@@ -98,9 +103,9 @@ class Queues:
                     " is an item's key (set directly, outside the queue's range)"
                 ) from None
             charge = max(size, MIN_WRITE_CHARGE)  # counted when the transaction commits
-            state.charge += charge
+            state.txn.charge += charge
             if filename is None:
-                state.logged += charge  # (a value file's bytes are not written to the WAL)
+                state.txn.logged += charge  # (a value file's bytes are not written to the WAL)
         return db_key
 
     def pull(

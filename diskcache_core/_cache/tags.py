@@ -66,10 +66,11 @@ class ItemTags:
 
     def write(
         self, statement: str, params: Any, retry: bool, new_file: str | None, charge: int,
-        db_key: Any, raw: int, extras: tuple[Any, ...],
+        db_key: Any, raw: int, extras: tuple[Any, ...], spared: Any = None,
     ) -> Written:
         """Run the item's write `statement` and store its `extras` in one transaction (the table
-        and triggers made first, where this is the database's first extra tag)."""
+        and triggers made first, where this is the database's first extra tag); `spared` is the
+        write context of `Store.write`."""
         store = self.store
         # The transaction owns `new_file`: removed if BEGIN or any statement fails.
         with store.transaction(retry, new_file) as state:
@@ -79,7 +80,7 @@ class ItemTags:
             except sqlite3.OperationalError:  # no such table: made in this transaction
                 for create in tsql.CREATE_TAG_SCHEMA:
                     state.execute(create)
-            count, _ = store.write(statement, params, retry, None, charge)
+            count, _ = store.write(statement, params, retry, None, charge, spared)
             if count == 1:
                 state.execute(tsql.insert_extra_tags(len(extras)), (db_key, raw, *extras))
         self._table = True
@@ -169,8 +170,7 @@ class TagOperations:
     _sized_files: bool
 
     def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item carrying `tag` among its tags; return how many. A batch per
-        transaction, as python-diskcache does (`evict_tags`: one)."""
+        """Remove every item carrying `tag` among its tags; return how many. A batch per transaction, as python-diskcache does (`evict_tags`: one)."""
         count = self._evictor.evict(tag, retry)
         try:
             return count + self._tags.evict_extra(check_tag(tag), retry)
@@ -179,7 +179,8 @@ class TagOperations:
 
     def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int:
         """Remove every item carrying any of `tags`, in one transaction; return how many."""
-        return self._tags.evict_tags(check_evict_tags(tags), retry)
+        checked = check_evict_tags(tags)
+        return self._tags.evict_tags(checked, retry)
 
     def _get_tagged(
         self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool, retry: bool,

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .._cache.cache import Cache
+from .._cache.serializer import Role
 from .._store.dbfile import in_wal_mode
 from .._store.tags import TAG_TABLE_EXISTS
 from .._disk.disk import ENOVAL, Disk
@@ -184,8 +185,10 @@ def open_shards(
     try:
         for shard_directory in find_shard_directories(directory):
             # A directory removed while the command runs is an error here, not made anew.
-            shards.append(Cache(shard_directory, timeout=timeout, disk=disk,
-                                recreate_removed=False, **code_only))
+            role = Role(recreate=False)
+            shards.append(
+                Cache(shard_directory, timeout=timeout, disk=disk, _role=role, **code_only)
+            )
     except BaseException:
         for shard in shards:
             shard.close()

@@ -78,7 +78,7 @@ def open_rows(directory: str, disk_type: type[Disk], timeout: float,
     code_only: dict[str, Any] = {"read_only": True}
     if allowed:
         code_only["disk_allowed_types"] = list(allowed)
-    opened = open_database(directory, timeout, disk_type, {}, code_only)  # (recreates nothing)
+    opened = open_database(directory, timeout, disk_type, {}, code_only)  # (no recreate hook)
     return Rows(directory, Store(opened.pool, timeout, opened.disk), opened.disk,
                   opened.settings.values())
 

@@ -1,29 +1,28 @@
 """The eviction part of a Cache: limits, culling, expiry, and the bookkeeping policies order by.
 
 Bulk removals run in batches of `_BATCH` rows per transaction, so the write lock is never held
-for long; a Timeout carries the count removed so far. The Store calls `check_size` once per
-`check_every` bytes written: it drops expired items first, then evicts by policy while the cache
-is over its size_limit (the overshoot per writing process is bounded by that interval). Reads
-and overwrites are noted in an `AccessLog` and written in batches (see _eviction/access.py), `_FLUSH_BATCH`
-keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes or drops the
-oldest part itself (`relieve`).
+for long; a Timeout carries the count removed so far. The Store runs the size check
+(_eviction/sizecheck.py, the budget it was made with) once per `SizeCheck.every` bytes written:
+it drops expired items first, then evicts by policy while the cache is over its size_limit. Reads
+and overwrites are noted in an `AccessLog` and written in batches (see _eviction/access.py),
+`_FLUSH_BATCH` keys per transaction; at `MAX_PENDING` keys the thread that notes one more writes
+or drops the oldest part itself (`relieve`).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 from .._store import reaper as _reaper
 from .._store import schema as sql
-from .access import FINAL_WAIT, MAX_PENDING, AccessLog, schedule_flush
+from .access import FINAL_WAIT, MAX_PENDING, schedule_flush
 from .._arguments import check_tag, check_time
-from .._store.connections import ThreadState
 from .._errors import DiskCacheError, Timeout
 from .._metrics import EvictionCounts
 from .._settings import Settings
-from .._store.store import MIN_WRITE_CHARGE, Store, weakly
+from .._store.store import Store
+from .sizecheck import SizeCheck
 
 __all__ = ["Evictor"]
 
@@ -32,20 +31,6 @@ _BATCH = 100  # rows per transaction in expire/evict/clear/cull: bounded lock ho
 # written at once held the write lock for 20-40 ms, and every writer of the cache waited.
 _FLUSH_BATCH = 256
 _FREE_PAGES_BATCH = 1024  # free pages returned per transaction after bulk removals
-# The size check's victims under a built-in policy, never the item a write of this thread has
-# just stored, which its own check must not evict: ?2 the row its connection inserted last, ?3
-# and ?4 the key a set (or add) wrote last, where it overwrote one. Under least-frequently-used
-# a new row has the fewest reads of all (an overwrite keeps its count); under the others it is
-# the newest anyway.
-_SPARED = " WHERE rowid IS NOT ?2 AND NOT (key IS ?3 AND raw IS ?4) ORDER BY"
-_SPARING_DELETE = {
-    name: "DELETE FROM Cache WHERE rowid IN ("
-    + policy.cull.replace(" ORDER BY", _SPARED).replace("LIMIT ?", "LIMIT ?1")
-    + ")"
-    for name, policy in sql.POLICIES.items()
-    if policy.cull is not None
-}
-_LAST_INSERT = "SELECT last_insert_rowid()"
 #: set's and add's statements under least-recently-stored, which indexes store_time: they leave
 #: it alone, and the overwrite's store time is the access log's batched refresh.
 STORE_TIME_BATCHED = {
@@ -57,16 +42,17 @@ STORE_TIME_BATCHED = {
 class Evictor:
     """Size limit, eviction policy and statistics of one cache; see the module docstring."""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: Store, settings: Settings, sizing: SizeCheck) -> None:
+        """`sizing`: the size budget `store` was made with (its access log is this one's)."""
         self.store = store
         self.settings = settings
-        self.access = AccessLog(settings.eviction_policy, settings.statistics)
+        self.access = sizing.access
+        self.sizing = sizing
         self._follow_access()
-        # Under least-frequently-used, the key each thread's latest set wrote (see check_size).
+        # Under least-frequently-used, a write's key is spared by its own size check (`spares`).
         self.read_counts = self.access.read_column == "access_count"
-        self.writing = threading.local()
-        self.removed = EvictionCounts()  # items this process removed, by reason (metrics)
-        store.size_check = weakly(self.check_size)
+        # Items this process removed, by reason (metrics); the size check counts its own here.
+        self.removed: EvictionCounts = sizing.removed
         self.set_size_limit(settings.size_limit)
 
     # --- settings with derived state ----------------------------------------------------------
@@ -103,12 +89,13 @@ class Evictor:
         self._set_check_interval()
 
     def _set_check_interval(self) -> None:
-        if self.settings.exact_size_limit:
-            self.store.check_every = 1  # after every write that stores bytes
-        else:
-            # Every 1/128th of the limit (between 4 KiB and 1 MiB of writes): the cache may
-            # overshoot it by that much per process, never more.
-            self.store.check_every = min(max(self.settings.size_limit // 128, 4096), 2**20)
+        self.sizing.follow_limit()
+
+    def spares(self, db_key: Any, raw: Any) -> tuple[Any, Any] | None:
+        """The write context of a set or incr of `db_key`: what the size check its write may
+        run must not evict (handed to `Store.write`). Under least-frequently-used only: there
+        an overwritten item keeps its few reads, and could be the first victim."""
+        return (db_key, raw) if self.read_counts else None
 
     # --- bookkeeping ----------------------------------------------------------------------------
 
@@ -142,7 +129,7 @@ class Evictor:
             return
         try:
             state = getattr(self.store.local, "state", None)
-            if state is not None and (state.depth or state.con.in_transaction):
+            if state is not None and (state.txn.depth or state.con.in_transaction):
                 access.drop_oldest(_FLUSH_BATCH)  # (its failure would undo the caller's block)
                 return
             part = access.take_oldest(_FLUSH_BATCH, False)
@@ -332,105 +319,6 @@ class Evictor:
             raise Timeout(removed) from None
         _reaper.drain()
         return removed
-
-    def check_size(self) -> None:
-        """The periodic write-path check: drop expired items, then cull if over the limit."""
-        store, settings = self.store, self.settings
-        cull_limit = settings.cull_limit
-        budget = min(cull_limit * (store.unchecked // MIN_WRITE_CHARGE), 1000)
-        store.unchecked = 0
-        if cull_limit == 0:
-            return
-        access = self.access
-        # Held to the commit, as a flush holds it (so stats() never sees a batch counted nowhere);
-        # not waited for: a flush under way writes the reads itself.
-        flushing = access.flushing.acquire(blocking=False)
-        batch = None
-        expired = evicted = 0  # counted once the transaction has committed
-        try:
-            with store.transaction() as state:
-                written = state.execute(_LAST_INSERT).fetchone()[0]  # (no statement below sets it)
-                expired = state.execute(
-                    sql.DELETE_EXPIRED, (time.time(), max(budget, cull_limit))
-                ).rowcount
-                delete = sql.delete_by_policy(settings.eviction_policy)
-                if delete is None:
-                    return
-                volume = self._volume(state)
-                over = volume > settings.size_limit
-                if over:
-                    if flushing:
-                        batch = access.take()
-                        access.write(state.con, batch)
-                    sparing = _SPARING_DELETE.get(settings.eviction_policy)
-                    spared = (written, *getattr(self.writing, "key", (None, None)))
-                    victims = (delete, ()) if sparing is None else (sparing, spared)
-                    over, evicted = self._evict_until_within(state, victims, volume, budget)
-        except BaseException as exc:
-            expired = evicted = 0
-            if batch is not None:  # not written: it goes out with the next flush
-                access.give_back(batch)
-            if isinstance(exc, Timeout):
-                return  # busy: the write itself succeeded; check again on a later write
-            raise
-        finally:
-            if flushing:
-                access.flushing.release()
-            self.removed.expiry += max(expired, 0)
-            self.removed.size += evicted
-        if over:
-            store.unchecked = store.check_every  # still over: check again on the next write
-
-    def _evict_until_within(
-        self, state: ThreadState, victims: tuple[str, tuple[Any, ...]], volume: int, budget: int
-    ) -> tuple[bool, int]:
-        """Evict victims in policy order (`victims`: the DELETE, and its parameters after the
-        count), stopping as soon as the volume is within size_limit; True while still over,
-        and how many were evicted.
-
-        One victim first; while removals lower the volume, as many average rows as the
-        overshoot (so a small cache — a FanoutCache shard holds a fraction of the limit — does not
-        evict the item just written along with older ones, and a check of large inline rows
-        takes two or three statements rather than one per row). Once a removal frees nothing
-        (inline rows free database pages only when a page empties), as many as the overshoot
-        plus one check interval: up to cull_limit victims for each write since the last check
-        (`budget`, as python-diskcache culls up to cull_limit per write), so that one check of a
-        cache of small items buys a whole check interval instead of finding it still over on the
-        next write.
-        """
-        cull_limit, size_limit = self.settings.cull_limit, self.settings.size_limit
-        limit = max(cull_limit, budget)
-        delete, spared = victims
-        removed = 0
-        step = 1
-        while removed < limit:
-            count = state.execute(delete, (step, *spared)).rowcount
-            if count <= 0:
-                break
-            removed += count
-            after = self._volume(state)
-            if after <= size_limit:
-                return False, removed
-            # A removal that freed nothing: the overshoot plus one interval's worth of average
-            # rows; one that freed bytes: the overshoot's worth (no more than is needed).
-            step = min(limit - removed, self._rows_to_free(state, after, after >= volume))
-            volume = after
-        return True, removed
-
-    def _rows_to_free(self, state: ThreadState, volume: int, interval: bool) -> int:
-        """How many average rows make up the overshoot (plus one check interval with
-        `interval`); all of the budget, or one row, where the database keeps no item count."""
-        rows = state.execute(sql.STORED_COUNT).fetchall()
-        count = int(rows[0][0]) if rows and rows[0][0] else 0
-        if count <= 0:
-            return 1 << 62 if interval else 1
-        excess = volume - self.settings.size_limit + (self.store.check_every if interval else 0)
-        return max(1, -(-excess * count // volume))
-
-    @staticmethod
-    def _volume(state: ThreadState) -> int:
-        used_pages, page_size, file_bytes = state.execute(sql.VOLUME).fetchone()
-        return int(used_pages * page_size + (file_bytes or 0))
 
     def volume(self) -> int:
         """Estimated bytes on disk: database pages in use plus value files."""

@@ -55,7 +55,7 @@ from .._recipes.memo import memoize as _memoize
 from .._settings import CODE_ONLY_SETTINGS, MEMORY_DEFAULTS, ShardSetting, validate_settings
 from .._collections.persistent import Deque, Index
 from .removals import ShardRemovals
-from .shards import ShardKeys, ShardMemoryTiers, check_share, open_shards, split_evenly
+from .shards import ShardMemoryTiers, check_share, open_shards, split_evenly
 from .subcaches import SubCollections
 
 # LAYOUT_FILE: Cache.check skips the layout file of a FanoutCache directory.
@@ -130,7 +130,7 @@ def _on_every_shard(
     return result
 
 
-class FanoutCache(ShardSettings, ShardMemoryTiers, ShardKeys, ShardRemovals, AsyncDataMixin):
+class FanoutCache(ShardSettings, ShardMemoryTiers, ShardRemovals, AsyncDataMixin):
     """A cache sharded over several `Cache` databases in subdirectories ``000``, ``001``, ...
 
     Writes that cannot take their shard's lock within `timeout` give up and say so in their
@@ -172,7 +172,9 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, ShardKeys, ShardRemovals, Asy
         self._count = shards
         self._timeout = timeout
         self._disk_type = disk
-        self._shards = open_shards(directory, shards, timeout, disk, checked, total, memory_limits)
+        self._shards = open_shards(
+            directory, shards, timeout, disk, checked, total, memory_limits, layout
+        )
         bind_layout(directory, layout, self._shards)
         self._number = placement(layout, self._shards[0].disk, shards)
         self._text_inline = hashes_text_inline(layout, self._shards[0].disk)  # for get
@@ -537,7 +539,27 @@ class FanoutCache(ShardSettings, ShardMemoryTiers, ShardKeys, ShardRemovals, Asy
         defaults to this cache's Disk type, and applies when it is made)."""
         return self._named.index(name, disk)
 
-    # --- lifecycle -----------------------------------------------------------------------
+    # --- iteration and lifecycle -------------------------------------------------------------
+
+    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
+        """Iterate keys shard by shard, each shard's in `Cache.iterkeys` order: key order, or
+        with `tag` the keys carrying it (``tag=None``: with no tag) in insertion order."""
+        for shard in reversed(self._shards) if reverse else self._shards:
+            yield from shard.iterkeys(reverse, tag=tag)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate keys shard by shard (insertion order within a shard)."""
+        for shard in self._shards:
+            yield from shard
+
+    def __reversed__(self) -> Iterator[Any]:
+        """Iterate keys in the reverse of `__iter__`'s order."""
+        for shard in reversed(self._shards):
+            yield from reversed(shard)
+
+    def __len__(self) -> int:
+        """Count of items in every shard, expired items included."""
+        return sum(len(shard) for shard in self._shards)
 
     def close(self) -> None:
         """Close every shard and sub-collection (they reopen on next use)."""

@@ -14,7 +14,6 @@ python-diskcache's placement, so its items stay reachable.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import os.path as op
@@ -31,18 +30,29 @@ from .._store.dbfile import refuse_special_file
 from .._disk.directories import make_private_dirs, open_subdirectory
 from .._disk.disk import Disk, unsupported_key
 from .._errors import DiskCacheError, ReadOnlyError, storage_error
+from .._store.creation import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 from .._store.schema import DBNAME, LAYOUT_FILE, LAYOUT_TEMP_PREFIX, SELECT_SETTING, database_uri
-from .._store.schema import INSERT_COUNTER as INSERT_SETTING_ONCE  # (the same statement)
 
 if TYPE_CHECKING:
     from .._cache.cache import Cache
 
 __all__ = [
-    "GOLDEN", "LAYOUT_FILE", "MASK64", "MAX_SHARDS", "bind_layout", "check_shard_count", "crc32",
+    "GOLDEN",
+    "LAYOUT_FILE",
+    "LAYOUT_TEMP_PREFIX",
+    "MASK64",
+    "MAX_SHARDS",
+    "bind_layout",
+    "check_shard_count",
+    "crc32",
+    "guard_shard",
     "hashes_text_inline",
-    "guard_shard", "placement", "placement_hash", "proportional_shares", "read_layout",
+    "placement",
+    "placement_hash",
+    "proportional_shares",
+    "read_layout",
     "shard_name",
-]  # fmt: skip
+]
 
 # Shards live in directories 000-999 (the three digits python-diskcache's layout has too). Each
 # is a database, its WAL and version files: a few file descriptors per thread that uses it.
@@ -253,13 +263,11 @@ def _marked_layout(directory: str) -> dict[str, Any] | None:
 
 
 def bind_layout(directory: str, layout: str, shards: Sequence[Cache]) -> None:
-    """Make each shard's new connections check its directory (`guard_shard`), and shard 0's
-    database repeat a layout of ours: the layout file alone, removed by hand, would make the
-    next opener take the directory for python-diskcache's, and place keys where old values
-    of them may still be found. Best effort: read-only media or a busy shard skip it."""
-    for number, shard in enumerate(shards):
-        guard = functools.partial(guard_shard, directory, len(shards), layout, number)
-        shard._store.pool.guard = guard
+    """Make shard 0's database repeat a layout of ours: the layout file alone, removed by hand,
+    would make the next opener take the directory for python-diskcache's, and place keys where
+    old values of them may still be found (each shard's connections check its directory from
+    its opening: `guard_shard`, a `Role` of the shard). Best effort: read-only media or a busy
+    shard skip it."""
     store = shards[0]._store
     if layout != _HASH_CRC or store.pool.read_only:
         return

@@ -1,11 +1,6 @@
-"""Removals over every shard of a FanoutCache, each resumed after a timeout until done:
-`ShardRemovals` (expire, evict, evict_tags, cull, clear, evict_items), a base class of
-FanoutCache.
-
-A shard busy past the FanoutCache's (short) timeout raises Timeout with the count it removed
-before; the removal is resumed on that shard, so a bulk removal never gives up part-way. An
-unreachable remote raises at once (resuming would spin while it is down). `evict_tags` is one
-transaction per shard (`Cache.evict_tags`).
+"""A FanoutCache's bulk removals: each runs on every shard, resuming a shard after its
+timeouts (a shard's give-up is not the caller's: the removal completes), and sums the counts.
+`evict_tags` is one transaction per shard (`Cache.evict_tags`).
 """
 
 from __future__ import annotations

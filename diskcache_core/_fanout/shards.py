@@ -1,5 +1,5 @@
 """The shards of a FanoutCache: opening each one with its share of the settings, and their
-memory tiers and their keys seen as one.
+memory tiers seen as one.
 
 Each shard is a Cache in a subdirectory (``000``, ``001``, ...) that must not be a link. It gets
 an even share of ``size_limit`` (an existing shard keeps its stored share unless the caller gives
@@ -9,27 +9,23 @@ a Cache would store the item and evict it at its next size check, a silent loss)
 
 from __future__ import annotations
 
+import functools
 import os.path as op
-import weakref
-from typing import Any, Iterator
+from typing import Any
 
 from .._store import schema as sql
 from .._cache.cache import Cache
+from .._cache.serializer import ItemTooLargeError, Role, check_share
 from .._disk.directories import open_subdirectory
-from .._disk.disk import ENOVAL, UNKNOWN, Disk
-from .layout import shard_name
+from .._disk.disk import Disk
+from .layout import guard_shard, shard_name
 from .._memory.tier import MemoryStats
 from .._settings import DEFAULT_SETTINGS, REMOTE_DEFAULTS, validate_settings
 
-__all__ = ["ItemTooLargeError", "ShardKeys", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
-           "split_evenly"]  # fmt: skip
-
-
-class ItemTooLargeError(ValueError):
-    """An item larger than its shard's share of ``size_limit`` (the share rule): refused before
-    anything is stored. A ValueError; the Django backend turns it into a set that stores
-    nothing, as Django's backends treat a value too large to cache."""
-
+__all__ = [
+    "ItemTooLargeError", "ShardMemoryTiers", "check_share", "memory_shares", "open_shards",
+    "split_evenly",
+]
 
 
 def split_evenly(total: int, shards: int) -> list[int]:
@@ -46,48 +42,6 @@ def memory_shares(total: int, shards: int) -> list[int]:
     return split_evenly(total, shards)
 
 
-def check_share(size: int, limit: int) -> None:
-    """The shard size rule: an item of `size` bytes must fit its shard's `limit`, else
-    ValueError (a shard holds ``size_limit / shards``, and would evict a larger item at once)."""
-    if size > limit:
-        raise ItemTooLargeError(
-            f"item of {size} bytes exceeds its shard's size limit of {limit} bytes "
-            "(FanoutCache splits size_limit evenly over its shards)"
-        )
-
-
-def _store_within_share(shard: Cache) -> None:
-    """Make `shard` refuse an item larger than its size limit, with ValueError, as it is
-    serialized: that is where its stored size (a pickle's, a stream's) is first known, before
-    anything is written to the database; a value file written for it is removed.
-
-    Done by wrapping ``store`` on the shard's own Disk object (Cache's public ``disk``), so the
-    shard keeps the Disk type the user chose and no private part of Cache is involved.
-    """
-    disk = shard.disk
-    store, remove = disk.store, disk.remove
-    owner = weakref.ref(shard)  # the Disk belongs to the shard: no reference cycle
-
-    def store_within_share(
-        value: Any, read: bool, key: Any = UNKNOWN
-    ) -> tuple[int, int, str | None, Any]:
-        stored = store(value, read, key)
-        size, _, filename, db_value = stored
-        if not size and type(db_value) in (bytes, str):
-            size = len(db_value)
-        cache = owner()
-        if cache is not None:
-            try:
-                check_share(size, cache.size_limit)
-            except ValueError:
-                if filename is not None:
-                    remove(filename)
-                raise
-        return stored
-
-    disk.store = store_within_share  # type: ignore[method-assign]
-
-
 def open_shards(
     directory: str,
     count: int,
@@ -96,11 +50,14 @@ def open_shards(
     checked: dict[str, Any],
     total: int | None,
     memory_limits: dict[str, int],
+    layout: str,
 ) -> tuple[Cache, ...]:
     """Open `count` shards under `directory` with the validated settings `checked`.
 
     `total` is the size limit the caller gave (None: each existing shard keeps its own);
-    `memory_limits` are the memory tier's bounds for all shards together.
+    `memory_limits` are the memory tier's bounds for all shards together; `layout` the
+    directory's (a shard's connections check its directory: `guard_shard`). Each shard refuses
+    an item larger than its share (`Role.within_size_limit`, checked as the item is serialized).
     """
     shares = split_evenly(DEFAULT_SETTINGS["size_limit"] if total is None else total, count)
     memory = {name: memory_shares(value, count) for name, value in memory_limits.items()}
@@ -120,9 +77,11 @@ def open_shards(
             shard_settings["size_limit"] = shares[number]
         if remote:
             shard_settings["remote_prefix"] = prefixes[number]
-        shard = Cache(path, timeout=timeout, disk=disk, **remote, **shard_settings)
-        _store_within_share(shard)
-        shards.append(shard)
+        guard = functools.partial(guard_shard, directory, count, layout, number)
+        role = Role(guard=guard, within_size_limit=True)
+        shards.append(
+            Cache(path, timeout=timeout, disk=disk, _role=role, **remote, **shard_settings)
+        )
     return tuple(shards)
 
 
@@ -163,29 +122,3 @@ class ShardMemoryTiers:
             for position, number in enumerate(shard.memory_stats(reset)):
                 totals[position] += number
         return MemoryStats(*totals)
-
-
-class ShardKeys:
-    """A FanoutCache's keys, shard by shard (a base class of FanoutCache)."""
-
-    _shards: tuple[Cache, ...]
-
-    def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
-        """Iterate keys shard by shard, each shard's in `Cache.iterkeys` order: key order, or
-        with `tag` the keys carrying it (``tag=None``: with no tag) in insertion order."""
-        for shard in reversed(self._shards) if reverse else self._shards:
-            yield from shard.iterkeys(reverse, tag=tag)
-
-    def __iter__(self) -> Iterator[Any]:
-        """Iterate keys shard by shard (insertion order within a shard)."""
-        for shard in self._shards:
-            yield from shard
-
-    def __reversed__(self) -> Iterator[Any]:
-        """Iterate keys in the reverse of `__iter__`'s order."""
-        for shard in reversed(self._shards):
-            yield from reversed(shard)
-
-    def __len__(self) -> int:
-        """Count of items in every shard, expired items included."""
-        return sum(len(shard) for shard in self._shards)

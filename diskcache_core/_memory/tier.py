@@ -8,13 +8,9 @@ key-hash buckets two 64-bit words, ``pre`` and ``post``.
 
 The protocol (see docs/memory.rst for the long form):
 
-Writers. Every statement that inserts, changes (value or expiry) or deletes a row fires a
-  per-connection TEMP trigger (`_store.schema.VERSION_TRIGGERS`) that calls `change_recorder`'s
-  function with the row's key. That runs inside the statement, so under SQLite's write lock:
-  writers' stores to ``pre`` are serialized. It stores a fresh random nonce ``n`` in the key's
-  bucket's ``pre`` and remembers ``(bucket, n)`` in the thread's `ThreadState`. After the
-  transaction has committed (or rolled back), `publish` stores ``post = n`` if ``pre`` is still
-  ``n`` (otherwise a later writer has already started, and its own ``post`` will follow).
+Writers (_store/versions.py, with the store that runs it). Every statement that changes a row
+  stores a fresh random nonce ``n`` in its key's bucket's ``pre`` under SQLite's write lock, and
+  after the transaction has ended stores ``post = n`` if ``pre`` is still ``n``.
 
 Readers. Before the SELECT that fills an entry, a reader reads the bucket's ``pre`` and ``post``;
   only when they are equal (``x``) may it keep what the SELECT found — the value, or that the
@@ -47,123 +43,27 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import sys
 import threading
 import time
 import weakref
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .._disk.disk import UNSTORABLE, as_read_back
-from .._errors import note_interrupt
 from .._metrics import MemoryStats
-from .._store.versionfile import BUCKETS, HEADER_WORDS
+from .._store.versions import pre_index
+from .admission import Admission
 
-__all__ = ["ABSENT", "Entry", "Fill", "MemoryStats", "MemoryTier", "change_recorder", "pre_index",
-           "publish"]  # fmt: skip
-
-_HEADER_WORDS = HEADER_WORDS
-_MASK = BUCKETS - 1
+__all__ = [
+    "ABSENT", "FILL", "MISS", "Entry", "Fill", "HitPath", "MemoryStats", "MemoryTier", "ReadNotes",
+]
 
 # Rough bytes per entry beyond key and value (entry, map node, slot), counted towards the limit.
 ENTRY_OVERHEAD = 200
-# Sampling: a tier that answers fewer than one lookup in RARE_HITS (over a window of at least
-# REVIEW_MISSES misses, ended when the window of keys seen lately ends) is looked up by one get
-# in SAMPLE_GAP + 1; by every get again once one sampled lookup in COMMON_HITS hits (over
-# SAMPLED_REVIEW sampled misses). A hit saves 4 us or more; a lookup that misses costs 0.2-0.3 us
-# (a small database) to 0.4-0.8 us (one far larger than the CPU's caches; measured): sampling
-# gains below one hit in 20 to 5 lookups, and both thresholds stay under that.
-RARE_HITS = 32
-COMMON_HITS = 16
-REVIEW_MISSES = 1024
-SAMPLE_GAP = 7
-SAMPLED_REVIEW = 128
 # Values of these exact (immutable) types are kept as they are; others serialized (decoded per hit).
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
-
-_crc32 = zlib.crc32
-# Nonces: 64 random bits, seeded from os.urandom (reseeded in a forked child: never the same).
-_random = random.Random(os.urandom(32))
-
-
-def pre_index(db_key: Any) -> int | None:
-    """Index of the ``pre`` word of `db_key`'s bucket (``post`` follows it), or None when keys
-    of this type are not kept in memory.
-
-    The same in every process and Python version, and equal for keys the database treats as
-    equal: integers and floats hash by their float value (SQLite compares them numerically), so
-    ``1`` and ``1.0`` share a bucket. Text and blobs hash by CRC-32 of their bytes.
-    """
-    kind = type(db_key)
-    if kind is str:
-        try:
-            code = _crc32(db_key.encode())
-        except UnicodeEncodeError:  # lone surrogates: SQLite cannot store them anyway
-            code = _crc32(db_key.encode("utf-8", "surrogatepass"))
-    elif kind is bytes or kind is bytearray or kind is memoryview:
-        code = _crc32(db_key)
-    elif isinstance(db_key, (int, float)):
-        try:
-            number = float(db_key)
-        except OverflowError:
-            return None
-        if math.isnan(number):
-            return None  # NaN: SQLite stores it as NULL, which matches no key
-        code = hash(number)  # numeric hashes are not randomized (unlike str and bytes)
-    else:
-        return None
-    return _HEADER_WORDS + 2 * (code & _MASK)
-
-
-def _stored_key_index(db_key: Any) -> int:
-    # A key as SQLite hands it to the trigger: int, float, str, bytes, or None (a NaN key).
-    index = pre_index(db_key)
-    return _HEADER_WORDS if index is None else index
-
-
-def change_recorder(state: Any, source: Any) -> Callable[[Any], None]:
-    """The SQL function the version triggers call with a changed row's key.
-
-    Runs inside the writing statement, under the write lock: stores a fresh nonce in the bucket's
-    ``pre`` and remembers it in ``state.versions`` (for `publish`). A bucket already bumped by
-    this thread's open transaction is not bumped again: its ``post`` cannot equal ``pre`` before
-    the transaction ends, so no reader can have filled from it meanwhile.
-    """
-    getrandbits = _random.getrandbits
-    crc32 = _crc32
-
-    def item_changed(db_key: Any) -> None:
-        try:
-            words = source.writable(state)  # the pool's now (mapped anew if its file was lost)
-            if type(db_key) is str:  # the common case, inline: this runs inside every write
-                try:
-                    index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)
-                except UnicodeEncodeError:
-                    index = _stored_key_index(db_key)
-            else:
-                index = _stored_key_index(db_key)
-            versions = state.versions
-            nonce = versions.get(index)
-            if nonce is None or words[index] != nonce:
-                nonce = getrandbits(64) | 1  # never 0, the value of a new file
-                words[index] = nonce
-                versions[index] = nonce
-        except BaseException as exc:  # a signal handler's, say: see _errors.note_interrupt
-            note_interrupt(exc)
-            raise
-
-    return item_changed
-
-
-def publish(words: memoryview, versions: dict[int, int]) -> None:
-    """After the transaction that made `versions` has ended: ``post = pre`` where ``pre`` is
-    still ours (otherwise a later writer has started, and it will publish)."""
-    for index, nonce in versions.items():
-        if words[index] == nonce:
-            words[index + 1] = nonce
 
 
 # --- the in-process map --------------------------------------------------------------------------
@@ -207,30 +107,77 @@ class Fill(NamedTuple):
     version: int | None
 
 
+# What a tier's hit path (`MemoryTier.hit`) returns when it cannot answer: the store is read,
+# and (FILL) the tier asked to keep what it finds (`begin_fill`), or (MISS) not.
+MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
+FILL: Any = type("Fill", (), {"__repr__": lambda self: "FILL", "__slots__": ()})()
+
+HitPath = Callable[[Any, Any], Any]
+
+
+class ReadNotes(Protocol):
+    """Who hears of the gets the tier answers (the Evictor: its policy orders by reads)."""
+
+    tracks_reads: bool
+
+    def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None: ...
+
+
+def map_key_of(db_key: Any, raw: Any, plain_keys: bool) -> Hashable:
+    """Map key for a database key: equal exactly when the database keys are the same row.
+
+    Raw keys of the standard Disk are used as they are (Python's equality of str, bytes, int and
+    float agrees with SQLite's for them); anything else is a tuple, which no raw key equals. NaN
+    keys (never found by SQLite) map to None, which is never stored.
+    """
+    if raw and plain_keys:
+        if type(db_key) is float and math.isnan(db_key):
+            return None
+        key: Hashable = db_key
+        return key
+    map_key = (db_key, raw)
+    try:
+        hash(map_key)
+    except TypeError:  # a custom Disk's odd key: SQLite will say what is wrong with it
+        return None
+    return map_key
+
+
+def _never(key: Any, default: Any) -> Any:
+    return MISS  # (the hit path before it is built)
+
+
 class MemoryTier:
     """One cache's entries in this process: an LRU map bounded in bytes and items, and the rules
-    that keep it exact (the module docstring): `lookup` answers only from valid entries (Cache.get inlines it),
+    that keep it exact (the module docstring): `hit` answers a get from valid entries,
     `begin_fill`/`finish_fill` keep what a read found, `after_write`/`after_delete` keep what a
-    write committed.
+    write committed. Which keys are kept, and whether gets look the map up at all, is its
+    `admission` policy's (_memory/admission.py).
 
     Lookups take no lock (single dict operations are atomic); inserts and removals take `lock`
-    so that the byte count stays exact. Hit and miss counts are plain increments: exact with one
-    thread, approximate when threads race on them.
+    so that the byte count stays exact.
     """
 
     def __init__(
         self, words: memoryview, size_limit: int, item_limit: int, plain_keys: bool,
         faithful: bool, put: Callable[[Any], tuple[Any, Any]],
+        fetch: Callable[[int, Any, Any, bool], Any], *, local: Any = None,
+        reads: ReadNotes | None = None, guard: Callable[[], bool] | None = None,
+        admits_reads: bool = True,
     ) -> None:
+        """`words` validate the entries; `put` and `fetch` are the Disk's (a key's database
+        key; a kept serialized value decoded). `local`: the store's thread-local, whose states
+        say which version words their connection bumps (None: fill from any). `reads` hears of
+        each get answered. `guard`: entries are answered only while it returns True (a remote's
+        lease). `admits_reads`: a read that misses is noted and may fill (`begin_fill`);
+        without it the caller fills by its own rules, and counts its misses (`count_miss`)."""
         self.words = words
-        self.local: Any = None  # the store's thread-local, whose states hold their connections
+        self.local = local
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self.size = 0
-        self.hits = 0
-        self.misses = 0
-        # For `Cache.metrics`: hits that answered "absent", entries kept, and entries found
-        # invalidated by a write (counted on the miss path only, as hits and misses are).
-        self.absent_hits = self.fills = self.invalidated = 0
+        # For `Cache.metrics`: entries kept (hits that answered "absent", and entries found
+        # invalidated by a write, are counted by `admission`: the hit path counts them too).
+        self.fills = 0
         self.lock = threading.Lock()
         self.size_limit = size_limit
         self.item_limit = item_limit
@@ -241,26 +188,16 @@ class MemoryTier:
         # With the standard Disk.store and fetch, a written value of an immutable type is what a
         # get returns: it is kept as it is (else its serialized form is kept and decoded).
         self.faithful = faithful
-        # Admission: the hashes of keys read (or written) lately and not kept. A read keeps a
-        # key (with no entry) only if it was seen lately: a key read once is not worth a fill.
-        # A write keeps its value also while the map has room to spare. Once the map is full,
-        # "lately" is within as many gets as it holds items (`forget_after`; the set is emptied
-        # when the count of gets, hits plus misses, reaches `forget_at`): a cyclic scan over more
-        # items than fit neither flushes the map nor pays for filling it. A set of hashes (not
-        # a bitmap): two operations per miss, where Python's bit arithmetic cost a miss ~10%.
-        self.recent: set[int] = set()
-        self.forget_after = item_limit
-        self.forget_at = item_limit
-        # Sampling (`review`): while the tier answers fewer than one lookup in RARE_HITS, a get
-        # that misses it makes the next `gap` gets skip it (`skip` counts them down in
-        # Cache.get): a workload whose hot set does not fit would pay a lookup that cannot hit
-        # on nearly every get. A sampled get still looks up, keeps and notes keys, and a hit
-        # does not start a gap: a hot set that appears is found, and ends the sampling.
-        self.skip = 0
-        self.gap = 0
-        self._reviewed = (0, 0)  # hits and misses at the last review
-        self._samples_left = SAMPLED_REVIEW
+        self.admission = Admission(item_limit)
         self._put = put
+        self._fetch = fetch
+        self._reads = reads
+        self._guard = guard
+        self._admits_reads = admits_reads
+        self.hit: HitPath = _never
+        self._answer: HitPath = _never
+        self._skipping: HitPath = _never
+        self.build_hit_path()
         _tiers.add(self)
 
     def _set_bounds(self) -> None:
@@ -271,33 +208,157 @@ class MemoryTier:
         self.spare_size = self.size_limit - self.size_limit // 8
         self.spare_items = self.item_limit - self.item_limit // 8
 
-    # --- reads --------------------------------------------------------------------------------
+    @property
+    def hits(self) -> int:
+        """Gets (and ``in`` tests) answered from memory."""
+        return self.admission.hits
+
+    @property
+    def misses(self) -> int:
+        """Gets that read the store while the tier was on."""
+        return self.admission.misses
+
+    @property
+    def absent_hits(self) -> int:
+        """Hits that answered "absent" (for `Cache.metrics`)."""
+        return self.admission.absent_hits
+
+    @property
+    def invalidated(self) -> int:
+        """Entries found invalidated by a write, of any process (for `Cache.metrics`): counted
+        on the miss path only, as misses are (with `admits_reads`, by `begin_fill`)."""
+        return self.admission.invalidated
+
+    def count_miss(self) -> None:
+        """A get the hit path was not asked for read the store (a tier without `admits_reads`)."""
+        self.admission.misses += 1
+
+    # --- the hit path -------------------------------------------------------------------------
+
+    def build_hit_path(self) -> None:
+        """(Re)build `hit`, the function that answers a plain get: ``hit(key, default)`` returns
+        the value (`default` for a key known absent), or MISS or FILL (see there).
+
+        The hottest path of all, where one method call or attribute load costs a tenth of the
+        hit (measured with benchmarks.micro): everything it reads is bound once, here, and it
+        is built anew when what it binds changes (`rebind`). While a sampling gap lasts (the
+        admission policy's "Sampling"), `hit` is the skipping function instead, which counts
+        the skipped gets. Neither holds a reference to the tier (only a weak one, to switch
+        between the two): a dropped cache's tier is freed at once, its version file closed.
+        """
+        admission = self.admission
+        recent = admission.recent
+        entries = self.entries
+        lookup = entries.get
+        move_to_end = entries.move_to_end
+        words = self.words
+        plain_keys = self.plain_keys
+        put = self._put
+        fetch = self._fetch
+        reads = self._reads
+        guard = self._guard
+        admits = self._admits_reads
+        stale = FILL if admits else MISS  # an invalid or expired entry: refilled if it may be
+        owner = weakref.ref(self)
+
+        def answer(key: Any, default: Any) -> Any:
+            kind = type(key)
+            if (kind is str or kind is bytes) and plain_keys:
+                map_key: Hashable = key
+            else:
+                map_key = map_key_of(*put(key), plain_keys)
+            entry = lookup(map_key)
+            if entry is None:
+                if not admits:
+                    return MISS
+                # `begin_fill`'s commonest answer, inline (it runs on every miss of a key the
+                # tier does not hold): a key not seen lately is noted, not filled.
+                seen = hash(map_key)
+                if seen in recent:
+                    return FILL
+                admission.misses += 1
+                if admission.hits + admission.misses >= admission.forget_at:
+                    admission.forget_recent()
+                recent.add(seen)
+                if admission.gap and admission.sampled_miss():
+                    tier = owner()
+                    if tier is not None:
+                        tier.hit = tier._skipping  # the next `gap` gets skip the map
+                return MISS
+            if words[entry.word] != entry.tag:
+                if not admits:  # (else `begin_fill` counts it, as it counts the miss)
+                    admission.invalidated += 1
+                return stale
+            expires = entry.expire_time
+            if expires is not None and expires <= time.time():
+                return stale
+            if guard is not None and not guard():
+                return stale
+            admission.hits += 1
+            try:
+                move_to_end(map_key)
+            except KeyError:  # evicted by another thread just now
+                pass
+            mode = entry.fetch_mode
+            if reads is not None and reads.tracks_reads:
+                reads.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
+            if mode is None:
+                return entry.stored
+            if mode is ABSENT:
+                admission.absent_hits += 1
+                return default
+            return fetch(mode, None, entry.stored, False)
+
+        def skipping(key: Any, default: Any) -> Any:
+            admission.misses += 1  # a skipped get counts as a miss
+            admission.skip -= 1
+            if admission.skip <= 0:
+                tier = owner()
+                if tier is not None:
+                    tier.hit = tier._answer  # the next get looks the map up
+            return MISS
+
+        self._answer, self._skipping = answer, skipping
+        self.hit = skipping if admission.skip > 0 else answer
+
+    def fills_unanswered(self) -> bool:
+        """A get `hit` cannot answer (it asks for more than the value; not a stream) is about to
+        read the store: whether it may ask `begin_fill`. Not while a sampling gap lasts (the get
+        is counted as a skipped one)."""
+        hit = self.hit
+        if hit is self._answer:
+            return True
+        hit(None, None)
+        return False
 
     def lookup(self, key: Any, touch: bool = True) -> Entry | None:
-        """The entry that answers a get of `key` now, or None: no entry, or one a write has
-        invalidated since (its tag is no longer its bucket's ``pre``), or expired. `touch`: count
-        it as recently used (``in`` does not)."""
-        kind = type(key)
-        if (kind is str or kind is bytes) and self.plain_keys:
-            map_key = key
-        else:
-            map_key = self.key_for(key)
+        """The entry that answers `key` now, or None: no entry, or one a write has invalidated
+        since (its tag is no longer its bucket's ``pre``), or expired. `touch`: count it as
+        recently used (``in`` does not). For ``in``; a get asks `hit`."""
+        map_key = self.key_for(key)
         entry = self.entries.get(map_key)
         if entry is None:
             return None
         if self.words[entry.word] != entry.tag:
-            self.invalidated += 1
+            self.admission.invalidated += 1
             return None
         expires = entry.expire_time
         if expires is not None and expires <= time.time():
             return None
-        self.hits += 1
+        if self._guard is not None and not self._guard():
+            return None
+        self.admission.hits += 1
         if touch:
             try:
                 self.entries.move_to_end(map_key)
             except KeyError:  # evicted by another thread just now
                 pass
         return entry
+
+    def contains(self, key: Any) -> bool | None:
+        """Whether `key` is present, as far as a valid entry says (None: none says)."""
+        entry = self.lookup(key, touch=False)
+        return None if entry is None else entry.fetch_mode is not ABSENT
 
     def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
         """Before the SELECT of a get the tier could not answer: may its result be kept?
@@ -306,16 +367,16 @@ class MemoryTier:
         looked up lately. Either way only if its bucket is clean now (``pre == post``, both read
         before the SELECT). None: nothing to keep and nothing to discard.
         """
-        self.misses += 1
+        self.admission.misses += 1
         map_key = self.map_key(db_key, raw)
         state = getattr(self.local, "state", None)  # this thread's connection (None: opens next)
-        if map_key is None or (state is not None and state.words is not self.words):
+        if map_key is None or (state is not None and state.opening.words is not self.words):
             return None  # (a connection to a database removed while open: not the tier's)
         entry = self.entries.get(map_key)
         if entry is not None:
-            self.invalidated += self.words[entry.word] != entry.tag  # (else it expired)
+            self.admission.invalidated += self.words[entry.word] != entry.tag  # (else expired)
             index: int | None = entry.word
-        elif self.seen_lately(map_key):
+        elif self.admission.seen_lately(map_key):
             index = pre_index(db_key)  # None: a key of a type the tier does not keep
         else:
             return None
@@ -335,14 +396,15 @@ class MemoryTier:
         is kept as it is; another one inline in the database as its serialized form (decoded
         afresh on each hit); one from a value file is not kept, nor one whose expiry is not a
         number (a row written by hand: SQL compares it as SQLite does, Python could not)."""
-        if fill.version is not None and (
+        version = fill.version
+        if version is not None and (
             expire_time is None or type(expire_time) is float or type(expire_time) is int
         ):
             if type(value) in IMMUTABLE_TYPES:
-                self.store(fill.map_key, value, None, fill.word, fill.version, expire_time, db_key, raw)
+                self.store(fill.map_key, value, None, fill.word, version, expire_time, db_key, raw)
                 return
             if not has_file:
-                self.store(fill.map_key, db_value, mode, fill.word, fill.version, expire_time, db_key, raw)
+                self.store(fill.map_key, db_value, mode, fill.word, version, expire_time, db_key, raw)
                 return
         self.discard(fill.map_key)
 
@@ -381,10 +443,18 @@ class MemoryTier:
         if version is None or self.words[index] != version:
             self.discard(map_key)  # a later writer has started: its value may be newer
             return
+        self.keep_value(map_key, value, db_value, mode, index, version, expire_time, db_key, raw)
+
+    def keep_value(
+        self, map_key: Hashable, value: Any, db_value: Any, mode: int, index: int, tag: int,
+        expire_time: float | None, db_key: Any, raw: Any,
+    ) -> None:
+        """Keep a value tagged `tag` (`index`: its bucket's word): as it is when it is of an
+        immutable type and the Disk faithful, else its serialized form as a fetch would see it."""
         if self.faithful and type(value) in IMMUTABLE_TYPES:
-            self.store(map_key, value, None, index, version, expire_time, db_key, raw)
-        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:  # as a fetch would see it
-            self.store(map_key, db_value, mode, index, version, expire_time, db_key, raw)
+            self.store(map_key, value, None, index, tag, expire_time, db_key, raw)
+        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:
+            self.store(map_key, db_value, mode, index, tag, expire_time, db_key, raw)
         else:
             self.discard(map_key)
 
@@ -407,100 +477,31 @@ class MemoryTier:
 
     # --- admission and keys ---------------------------------------------------------------------
 
-    def seen_lately(self, map_key: Hashable) -> bool:
-        """Whether `map_key` was looked up here lately (see `__init__`); notes it."""
-        seen = hash(map_key)
-        recent = self.recent
-        if seen in recent:
-            return True
-        # Writes note keys too, and gets are the clock: the set's size bounds it between gets.
-        if self.hits + self.misses >= self.forget_at or len(recent) >= self.forget_after:
-            self.forget_recent()
-        recent.add(seen)
-        return False
-
-    def forget_recent(self) -> None:
-        """The window of keys seen lately has passed: start it afresh, and review how often the
-        tier answers (over at least REVIEW_MISSES misses)."""
-        self.forget()
-        if not self.gap and self.misses - self._reviewed[1] >= REVIEW_MISSES:
-            self.review()
-
-    def sampled_miss(self) -> MemoryTier | None:
-        """While sampling: a get that looked the tier up missed it. The next `gap` gets skip the
-        tier (each counted as a miss); every SAMPLED_REVIEW such misses, `review`. Returns what
-        the next get looks up: None (it skips the tier), or the tier when sampling stopped."""
-        self._samples_left -= 1
-        if self._samples_left <= 0:
-            self._samples_left = SAMPLED_REVIEW
-            self.review()
-            if not self.gap:
-                return self
-        self.skip = self.gap
-        return None
-
-    def review(self) -> None:
-        """Start or stop sampling by how often lookups hit since the last review."""
-        last_hits, last_misses = self._reviewed
-        hits, misses = self.hits - last_hits, self.misses - last_misses
-        self._reviewed = (self.hits, self.misses)
-        if hits < 0 or misses < 0:  # a stats reset in another thread raced: no window
-            return
-        gap = self.gap
-        lookups = hits + misses // (gap + 1)  # skipped gets are counted as misses
-        if not gap:
-            if hits * RARE_HITS < lookups:
-                self.gap = SAMPLE_GAP
-                self._samples_left = SAMPLED_REVIEW
-        elif hits * COMMON_HITS >= lookups:  # every get looks the tier up again
-            self.gap = self.skip = 0
-
-    def forget(self) -> None:
-        """Forget which keys were seen lately."""
-        self.recent.clear()
-        self.forget_at = self.hits + self.misses + self.forget_after
-
-    def _update_forget_after(self) -> None:
-        # When the map is full: forget after as many gets as it holds items (so a cyclic scan
-        # over more items than fit is not kept at all: each key comes back after more gets than
-        # that); while it has room, after as many as it may hold.
-        if self.size >= self.spare_size or len(self.entries) >= self.spare_items:
-            forget_after = len(self.entries)
-        else:
-            forget_after = self.item_limit
-        self.forget_after = forget_after
-        self.forget_at = min(self.forget_at, self.hits + self.misses + forget_after)
+    def _map_changed(self) -> None:
+        # Under the lock: the admission policy's window follows how full the map is.
+        entries = len(self.entries)
+        full = self.size >= self.spare_size or entries >= self.spare_items
+        self.admission.map_changed(full, entries, self.item_limit)
 
     def admits_write(self, map_key: Hashable) -> bool:
         """Whether a write of a key with no entry keeps its value: when the map has room to
         spare, or when the key was seen lately."""
         if self.size < self.spare_size and len(self.entries) < self.spare_items:
             return True
-        return self.seen_lately(map_key)
+        return self.admission.seen_lately(map_key)
 
     def key_for(self, key: Any) -> Hashable:
-        """The map key of a cache key (`lookup` handles plain str/bytes keys inline)."""
+        """The map key of a cache key."""
+        kind = type(key)
+        if (kind is str or kind is bytes) and self.plain_keys:
+            plain: Hashable = key
+            return plain
         db_key, raw = self._put(key)
-        return self.map_key(db_key, raw)
+        return map_key_of(db_key, raw, self.plain_keys)
 
     def map_key(self, db_key: Any, raw: Any) -> Hashable:
-        """Map key for a database key: equal exactly when the database keys are the same row.
-
-        Raw keys of the standard Disk are used as they are (Python's equality of str, bytes,
-        int and float agrees with SQLite's for them); anything else is a tuple, which no raw
-        key equals. NaN keys (never found by SQLite) map to None, which is never stored.
-        """
-        if raw and self.plain_keys:
-            if type(db_key) is float and math.isnan(db_key):
-                return None
-            key: Hashable = db_key
-            return key
-        map_key = (db_key, raw)
-        try:
-            hash(map_key)
-        except TypeError:  # a custom Disk's odd key: SQLite will say what is wrong with it
-            return None
-        return map_key
+        """Map key for a database key (`map_key_of`)."""
+        return map_key_of(db_key, raw, self.plain_keys)
 
     # --- the map --------------------------------------------------------------------------------
 
@@ -528,7 +529,7 @@ class MemoryTier:
             if self.size > self.size_limit or len(entries) > self.item_limit:
                 self._evict()
             elif old is None:
-                self._update_forget_after()
+                self._map_changed()
 
     def _evict(self) -> None:
         # Under the lock: drop the least recently used until within both bounds.
@@ -536,7 +537,7 @@ class MemoryTier:
         while entries and (self.size > self.size_limit or len(entries) > self.item_limit):
             _, evicted = entries.popitem(last=False)
             self.size -= evicted.nbytes
-        self._update_forget_after()
+        self._map_changed()
 
     def discard(self, map_key: Hashable) -> None:
         """Forget the entry of a key, if any."""
@@ -551,13 +552,14 @@ class MemoryTier:
         with self.lock:
             self.entries.clear()
             self.size = 0
-            self._update_forget_after()
-        self.forget()
+            self._map_changed()
+        self.admission.forget()
 
     def rebind(self, words: memoryview) -> None:
         """Validate against new version words (the directory was made anew): forget all."""
         self.words = words
         self.clear()
+        self.build_hit_path()
 
     def set_limits(self, size_limit: int, item_limit: int) -> None:
         """New bounds; entries beyond them are evicted at once."""
@@ -568,13 +570,12 @@ class MemoryTier:
             self._evict()
 
     def stats(self, reset: bool = False) -> MemoryStats:
+        """The tier's `MemoryStats`; with `reset`, zero the hit and miss counts afterwards."""
         result = MemoryStats(
             self.hits, self.misses, len(self.entries), self.size, self.size_limit, self.item_limit
         )
         if reset:
-            self.hits = self.misses = 0
-            self._reviewed = (0, 0)
-            self.forget_at = min(self.forget_at, self.forget_after)
+            self.admission.reset_counts()
         return result
 
     def reset_after_fork(self) -> None:
@@ -587,7 +588,6 @@ _tiers: weakref.WeakSet[MemoryTier] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    _random.seed(os.urandom(32))
     for tier in list(_tiers):
         tier.reset_after_fork()
 

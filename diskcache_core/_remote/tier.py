@@ -21,10 +21,10 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 from .._store import schema as sql
 from .._arguments import check_bindable, check_key, check_tag, expire_at, put_key, shape
-from .._disk.disk import DELETE, ENOVAL, KEEP, UNSTORABLE, Disk, as_read_back
+from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
 from .._errors import DiskCacheError, RemoteOutcomeUnknownError, RemoteUnsupportedError
 from .listener import ListenerThread, listener_for, release_listener
-from .._memory.tier import ABSENT, IMMUTABLE_TYPES, MemoryTier
+from .._memory.tier import ABSENT, MISS, MemoryTier
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
@@ -96,9 +96,12 @@ class RemoteTier(RemoteTagOperations):
             self._memory = None
         elif self._memory is None:
             plain_keys = type(self._disk).put is Disk.put
+            # Copies are answered only while the listener's lease holds (`_leased`); a miss is
+            # this tier's to fill (`_get_below_memory`), by the stamps.
             self._memory = MemoryTier(
                 self._stamps, size_limit, item_limit, plain_keys, self._native_numbers,
-                self._disk.put,
+                self._disk.put, self._disk.fetch, guard=weak_method(self._leased),
+                admits_reads=False,
             )
         else:
             self._memory.set_limits(size_limit, item_limit)
@@ -116,31 +119,15 @@ class RemoteTier(RemoteTagOperations):
         to be current (else Redis is asked). ``tag=True`` always asks Redis."""
         memory = self._memory
         if memory is not None and not (read or expire_time or tag):
-            kind = type(key)
-            if (kind is str or kind is bytes) and memory.plain_keys:
-                map_key: Any = key
-            else:
-                map_key = memory.key_for(key)
-            entry = memory.entries.get(map_key)
-            if entry is not None and self._stamps[entry.word] != entry.tag:
-                memory.invalidated += 1  # a write of any host since it was kept
-            elif entry is not None:
-                now = time.time()
-                expires = entry.expire_time
-                if 0.0 < self._lease[0] - now <= LEASE_AHEAD and (expires is None or expires > now):
-                    memory.hits += 1
-                    try:
-                        memory.entries.move_to_end(map_key)
-                    except KeyError:  # evicted by another thread just now
-                        pass
-                    mode = entry.fetch_mode
-                    if mode is None:
-                        return entry.stored
-                    if mode is ABSENT:
-                        memory.absent_hits += 1
-                        return default
-                    return self._disk.fetch(mode, None, entry.stored, False)
+            found = memory.hit(key, default)  # the memory tier's hit path, as a local get's
+            if found is not MISS:
+                return found
         return self._get_below_memory(key, default, read, expire_time, tag)
+
+    def _leased(self) -> bool:
+        """Whether copies may be answered now: the listener's lease holds (and is not set
+        further ahead than a lease can be: the clock stepped back)."""
+        return 0.0 < self._lease[0] - time.time() <= LEASE_AHEAD
 
     def _get_below_memory(
         self, key: Any, default: Any, read: bool, expire_time: bool, tag: bool
@@ -154,7 +141,7 @@ class RemoteTier(RemoteTagOperations):
         index = self._words.index(stamp_hash(name))
         memory = self._memory
         if memory is not None:
-            memory.misses += 1
+            memory.count_miss()
         now = time.time()
         if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
             found = self._local_copy(db_key, raw, index, read, now)
@@ -216,10 +203,7 @@ class RemoteTier(RemoteTagOperations):
         map_key = memory.map_key(db_key, raw)
         if map_key is None:
             return
-        if memory.faithful and type(value) in IMMUTABLE_TYPES:
-            memory.store(map_key, value, None, index, stamp, expires, db_key, raw)
-        elif (db_value := as_read_back(db_value)) is not UNSTORABLE:  # as a fetch would see it
-            memory.store(map_key, db_value, mode, index, stamp, expires, db_key, raw)
+        memory.keep_value(map_key, value, db_value, mode, index, stamp, expires, db_key, raw)
 
     def _keep(
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,

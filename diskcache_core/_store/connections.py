@@ -4,8 +4,8 @@ SQLite forbids using — or closing — a connection inherited across ``fork()``
 Instead of checking ``os.getpid()`` on every call (a system call on the hot path), a fork hook
 tells every live pool in the child to drop its connections: they are parked in a module list
 for the life of the child, so that not even garbage collection closes them, and the child opens
-fresh ones on first use. Where a parked connection leaves SQLite's per-process state of a
-database in the child, the child takes the file locks that state claims (`_hold_inherited`).
+fresh ones on first use (the fork hooks and the parking are `forks`'; each pool's part is
+`_close_idle_before_fork` and `_forget_inherited`).
 """
 
 from __future__ import annotations
@@ -19,28 +19,23 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from . import workers as _workers
 from .checkpointer import BACKSTOP_PAGES
-from .dbfile import open_if_exists, refuse_special_file
+from . import forks
+from .dbfile import refuse_special_file
 from .._log import lost_file
 from .._errors import (
     DatabaseError, ReadOnlyCacheWarning, is_busy, note_interrupt, translate_sqlite_error,
 )
-from .._memory.tier import change_recorder
-from .schema import (
-    NEW_VALUE_FUNCTION,
-    RELEASE_FUNCTION,
-    RELEASE_TRIGGERS,
-    VERSION_FUNCTION,
-    VERSION_INSERT_FUNCTION,
-    VERSION_TRIGGERS,
-    database_uri,
-    set_pragma,
+from .creation import (
+    RELEASE_FUNCTION, RELEASE_TRIGGERS, VERSION_FUNCTION, VERSION_INSERT_FUNCTION, VERSION_TRIGGERS,
 )
+from .schema import NEW_VALUE_FUNCTION, database_uri, set_pragma
 from .mapwatch import watch
 from .readonly import FetchedRows, ReadOnlyReader
+from .versions import change_recorder
 from .versionfile import (
     FILE_SIZE, LOST_WORDS, VERSION_FILE, WordsCell, remap_versions, versions_intact, weak_method, write_locked,
 )
@@ -57,31 +52,60 @@ RECHECK_INTERVAL = 0.1
 # miss or a Timeout while no writer holds the data (python-diskcache retries 60 s too).
 OPEN_WAIT = 60.0
 
-__all__ = ["RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "ThreadState"]
+__all__ = [
+    "RECHECK_INTERVAL", "ConnectionPool", "FetchedRows", "NO_VALUE", "Opening", "PoolHooks",
+    "ThreadState",
+    "Transaction",
+]
 
-# Connections inherited from a parent process: never used, never closed, never collected.
-_INHERITED: list[Any] = []
-# SQLite's POSIX locks (os_unix.c; the lock-byte page of its file format): a connection's SHARED
-# lock on a database is a read lock on these bytes of the file, and each connection that maps a
-# WAL index holds a read lock on its "dead man switch" byte while it does.
-_SHARED_FIRST = 2**30 + 2
-_SHARED_SIZE = 510
-_WAL_INDEX_DMS = 128
-_LOCK_TRIES = 200  # a lock held exclusively for a moment (a closing connection's check) is retried
-# Descriptors of the databases (and WAL indexes) whose SQLite state a child inherited, kept open
-# for the life of the process (closing one would drop all its locks on that file), per file.
-_HELD: dict[tuple[int, int], tuple[int, int]] = {}
-_live_pools: "weakref.WeakSet[ConnectionPool]" = weakref.WeakSet()
+
+
+class Transaction:
+    """What this thread's open transaction (or autocommit statement) has done so far: settled by
+    `Store._after_commit` once it ends, undone by a rollback."""
+
+    __slots__ = ("depth", "released", "created", "versions", "charge", "logged", "close_after")
+
+    def __init__(self) -> None:
+        # Nesting depth of explicit transactions (0: autocommit).
+        self.depth = 0
+        # Value files that committed-or-pending statements stopped naming (filled by a trigger).
+        self.released: list[str] = []
+        # Value files written for rows of the open transaction (removed if it rolls back).
+        self.created: list[str] = []
+        # Memory-tier buckets bumped by the open transaction or statement: version-word index
+        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see versions.py).
+        self.versions: dict[int, int] = {}
+        # Bytes written by the open transaction: counted towards the size check at its commit.
+        self.charge = 0
+        # Of those, the bytes written to the WAL: values stored inline (not in value files).
+        self.logged = 0
+        # close() was called inside this thread's transaction: closed once the transaction ends.
+        self.close_after = False
+
+
+class Opening:
+    """What a connection was opened on, and when to look again that it still is the cache's."""
+
+    __slots__ = ("identity", "recheck_at", "words", "inherited")
+
+    def __init__(self) -> None:
+        # The database file it opened, and when to look again that it is the cache's (`moved`).
+        self.identity: Any = None
+        self.recheck_at = 0.0
+        # The version words its triggers bump (a memory tier keeps what it reads only if the
+        # same).
+        self.words: memoryview | None = None
+        # Parked in a forked child (see the module docstring): the parent's, never used here.
+        self.inherited = False
 
 
 class ThreadState:
-    """One thread's connection to one cache, and the files its open transaction touched."""
+    """One thread's connection to one cache: the connection and its shortcuts, what its latest
+    statement reported, its open transaction (`txn`) and what it was opened on (`opening`)."""
 
-    __slots__ = (
-        "con", "execute", "read", "released", "created", "depth", "thread", "new_value",
-        "versions", "charge", "logged", "inserted", "reader", "close_after", "inherited",
-        "identity", "recheck_at", "words",
-    )  # fmt: skip
+    __slots__ = ("con", "execute", "read", "reader", "thread", "new_value", "inserted", "txn",
+                 "opening")
 
     def __init__(self, con: sqlite3.Connection, thread: threading.Thread) -> None:
         self.con = con
@@ -90,35 +114,15 @@ class ThreadState:
         # to its end and been reset, so no read transaction stays open between calls): one
         # cursor, reused, saves ``con.execute`` making a new one (~0.2 us a get, measured).
         self.read: Callable[..., Any] = con.cursor().execute
-        # Value files that committed-or-pending statements stopped naming (filled by a trigger).
-        self.released: list[str] = []
-        # Value files written for rows of the open transaction (removed if it rolls back).
-        self.created: list[str] = []
-        # Nesting depth of explicit transactions (0: autocommit).
-        self.depth = 0
+        # Runs the statements instead of `con` where this process may only read the database.
+        self.reader: ReadOnlyReader | None = None
         self.thread = thread
         # The last value passed through NEW_VALUE_FUNCTION by this connection's statements.
         self.new_value: Any = NO_VALUE
-        # Memory-tier buckets bumped by the open transaction or statement: version-word index
-        # -> nonce (filled by VERSION_FUNCTION, published after the commit; see _memory/tier.py).
-        self.versions: dict[int, int] = {}
-        # Bytes written by the open transaction: counted towards the size check at its commit.
-        self.charge = 0
-        # Of those, the bytes written to the WAL: values stored inline (not in value files).
-        self.logged = 0
         # Whether the latest `Store.write` inserted a row (set by the insert trigger's function).
         self.inserted = False
-        # Runs the statements instead of `con` where this process may only read the database.
-        self.reader: ReadOnlyReader | None = None
-        # close() was called inside this thread's transaction: closed once the transaction ends.
-        self.close_after = False
-        # Parked in a forked child (see the module docstring): the parent's, never used here.
-        self.inherited = False
-        # The database file it opened, and when to look again that it is the cache's (`moved`);
-        # the version words its triggers bump (a memory tier keeps what it reads only if the same).
-        self.identity: Any = None
-        self.recheck_at = 0.0
-        self.words: memoryview | None = None
+        self.txn = Transaction()
+        self.opening = Opening()
 
     def close(self) -> None:
         self.con.close()
@@ -148,10 +152,24 @@ class ThreadState:
         return item_inserted
 
 
+class PoolHooks(NamedTuple):
+    """What a pool calls on its owner's behalf, given when it is made (each None: nothing)."""
+
+    #: Told when the version words are mapped anew (the store, the memory tier: `_rebind`).
+    rebind: Callable[[memoryview], None] | None = None
+    #: Makes the directory and database anew, removed while open (None: that stays an error).
+    recreate: Callable[[], None] | None = None
+    #: Checks the directory before each connection opens (None: any directory).
+    guard: Callable[[], None] | None = None
+
+
 class ConnectionPool:
     """Opens, hands out and closes the per-thread connections of one cache database."""
 
-    def __init__(self, path: str, timeout: float, configure: Callable[[sqlite3.Connection], None]):
+    def __init__(
+        self, path: str, timeout: float, configure: Callable[[sqlite3.Connection], None],
+        hooks: PoolHooks = PoolHooks(),
+    ) -> None:
         self.path = path
         self.timeout = timeout
         # Seconds SQLite's busy handler waits on the per-thread connections (0 where the lock
@@ -163,7 +181,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self.read_only = False
         self.immutable = False  # opening: the database cannot be read through a WAL index
-        # The memory tier's version words (see _versionfile; `words`); None while none is open.
+        # The memory tier's version words (see versionfile.py; `words`); None while none is open.
         # Their file's identity, and who is told when they are mapped anew (`_check_versions`).
         self.cell = WordsCell()
         self.cell.remap = weak_method(self._remap_in_statement)
@@ -172,12 +190,8 @@ class ConnectionPool:
         # Held to find them lost and to map them anew: one thread decides at a time (a check
         # made before another thread's recovery must not undo it).
         self._versions_lock = threading.RLock()
-        self.rebinds: list[Callable[[memoryview], None]] = []
-        # Makes the directory and database anew, removed while open (None: stays an error);
-        # checks the directory before each connection (None: any directory).
-        self.recreate: Callable[[], None] | None = None
-        self.guard: Callable[[], None] | None = None
-        _live_pools.add(self)
+        self.hooks = hooks
+        forks.register(self)
         # Dropped unclosed: its connections close (their SQL functions' cycle evades the gc).
         weakref.finalize(self, _close_states, self._states).atexit = False
 
@@ -223,11 +237,12 @@ class ConnectionPool:
             state.reader = ReadOnlyReader(self)
             state.execute = state.read = state.reader.execute
             return state
-        if self.guard is not None:
-            self.guard()  # (a FanoutCache's shard: its directory must not be a link)
+        hooks = self.hooks
+        if hooks.guard is not None:
+            hooks.guard()  # (a FanoutCache's shard: its directory must not be a link)
         refuse_special_file(self.path)  # never a planted link, even swapped in while open
-        if self.recreate is not None and not op.exists(self.path):
-            self.recreate()  # the directory was removed while open: the cache goes on, empty
+        if hooks.recreate is not None and not op.exists(self.path):
+            hooks.recreate()  # the directory was removed while open: the cache goes on, empty
         con = self.connect(timeout=wait)  # the setup below may find the database busy
         try:
             # The checkpoint thread copies the WAL as it grows; a writer does it only past this
@@ -236,22 +251,22 @@ class ConnectionPool:
             self._configure(con)
             con.execute(set_pragma("journal_size_limit", WAL_SIZE_LIMIT)).fetchall()
             state = ThreadState(con, threading.current_thread())
-            con.create_function(RELEASE_FUNCTION, 1, state.released.append)
+            con.create_function(RELEASE_FUNCTION, 1, state.txn.released.append)
             con.create_function(NEW_VALUE_FUNCTION, 1, state.capture)
             for statement in RELEASE_TRIGGERS:
                 con.execute(statement)
             if self.words is None:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
-            state.words = self.words
-            item_changed = change_recorder(state, self.cell)
+            state.opening.words = self.words
+            item_changed = change_recorder(state.txn, self.cell)
             con.create_function(VERSION_FUNCTION, 1, item_changed)
             con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
             con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()
-            state.identity = self._database_file()
-            state.recheck_at = time.monotonic() + RECHECK_INTERVAL
+            state.opening.identity = self._database_file()
+            state.opening.recheck_at = time.monotonic() + RECHECK_INTERVAL
         except BaseException:
             con.close()
             raise
@@ -261,7 +276,7 @@ class ConnectionPool:
         """Whether the file at the cache's path is no longer the database `state`'s connection
         opened: the directory was removed (and perhaps made anew by another process), and
         that connection reads and writes a deleted file no other process sees."""
-        return state.identity is None or self._database_file() != state.identity
+        return state.opening.identity is None or self._database_file() != state.opening.identity
 
     def _database_file(self) -> tuple[int, int] | None:
         """The file at the cache's path, not following a link (None: none, or no directory)."""
@@ -330,12 +345,14 @@ class ConnectionPool:
 
     def lose_versions(self) -> None:
         """Switch every user of the version words to `LOST_WORDS`: nothing is answered from
-        memory, filled, or stored through the lost mapping from now on."""
-        self._rebind(LOST_WORDS, self.words_identity)
-        lost_file(op.join(op.dirname(self.path), VERSION_FILE), "the memory tier answers nothing")
+        memory, filled, or stored through the lost mapping from now on. Each connection's next
+        write recovers first (`Store._recheck`): marked before the memory tier is told, so that
+        a write after the tier was seen emptied never runs its statement on the lost file."""
         with self._lock:
             for state in self._states:
-                state.recheck_at = 0.0  # its next write recovers first (Store._recheck)
+                state.opening.recheck_at = 0.0
+        self._rebind(LOST_WORDS, self.words_identity)
+        lost_file(op.join(op.dirname(self.path), VERSION_FILE), "the memory tier answers nothing")
 
     def recover_versions(self, in_transaction: bool) -> None:
         """Before a write, the version file was found shrunk or replaced: stop using it (a
@@ -382,16 +399,16 @@ class ConnectionPool:
     def _rebind(self, words: memoryview, identity: tuple[int, int] | None) -> None:
         """Use `words` from now on: this pool's connections (their triggers read `cell`), the
         fill checks of those connected to the cache's database now (one connected to a removed
-        one must fill nothing: `MemoryTier.begin_fill`), and everyone in `rebinds` (the store;
-        the memory tier forgets all)."""
+        one must fill nothing: `MemoryTier.begin_fill`), and the `rebind` hook (the store; the
+        memory tier forgets all)."""
         self.words, self.words_identity = words, identity
         database = None if words is LOST_WORDS else self._database_file()
         with self._lock:
             for state in self._states:
-                if words is LOST_WORDS or state.identity == database:
-                    state.words = words
-        for rebind in self.rebinds:
-            rebind(words)
+                if words is LOST_WORDS or state.opening.identity == database:
+                    state.opening.words = words
+        if self.hooks.rebind is not None:
+            self.hooks.rebind(words)
 
     def configure(self, con: sqlite3.Connection) -> None:
         """Apply the per-connection settings to `con`."""
@@ -428,20 +445,20 @@ class ConnectionPool:
         """
         current = threading.current_thread()
         mine = getattr(self.local, "state", None)
-        if mine is not None and (mine.depth or mine.con.in_transaction):
-            mine.close_after = True  # inside this thread's transaction: closed when it ends
+        if mine is not None and (mine.txn.depth or mine.con.in_transaction):
+            mine.txn.close_after = True  # inside this thread's transaction: closed when it ends
         with _workers.lock, self._lock:
             keep = []
             for state in self._states:
                 thread = state.thread
-                if state.close_after:
+                if state.txn.close_after:
                     keep.append(state)
                 elif thread is current or not thread.is_alive() or close_if_idle(thread, self):
                     state.close()
                 else:
                     keep.append(state)
             self._states[:] = keep
-        if mine is None or not mine.close_after:
+        if mine is None or not mine.txn.close_after:
             self._forget_thread_state()
 
     def _forget_thread_state(self) -> None:
@@ -481,7 +498,7 @@ class ConnectionPool:
             keep = []
             for state in self._states:
                 idle = not state.thread.is_alive() or (
-                    state.thread is current and not state.depth and not state.con.in_transaction
+                    state.thread is current and not state.txn.depth and not state.con.in_transaction
                 )
                 if idle:
                     state.close()
@@ -496,11 +513,9 @@ class ConnectionPool:
 
     def _forget_inherited(self) -> None:
         """In a forked child: park the parent's connections and start afresh."""
-        if self._states:
-            _hold_inherited(self.path)
         for state in self._states:
-            state.inherited = True
-        _INHERITED.extend(self._states)
+            state.opening.inherited = True
+        forks.park(self.path, list(self._states))
         self._states.clear()
         self._lock = threading.Lock()
         self._versions_lock = threading.RLock()
@@ -516,63 +531,3 @@ def _close_states(states: list[ThreadState]) -> None:
         with contextlib.suppress(Exception):
             state.close()  # (a finalizer: nothing to report to)
     states.clear()
-
-
-def _before_fork() -> None:
-    for pool in list(_live_pools):
-        pool._close_idle_before_fork()
-
-
-def _after_fork_in_child() -> None:
-    for db_fd, shm_fd in _HELD.values():  # inherited by this process's parent, parked here too
-        _take_read_locks(db_fd, shm_fd)
-    for pool in list(_live_pools):
-        pool._forget_inherited()
-
-
-def _hold_inherited(path: str) -> None:
-    """In a forked child that parks connections to the database `path`: take the read locks that
-    SQLite's inherited per-process state says this process holds.
-
-    POSIX locks are not inherited by a child, but SQLite's record of them is: the child's new
-    connections share it, and so take no SHARED lock on the database and no lock on the WAL
-    index's dead man switch. Without those, the parent's last close would checkpoint and remove
-    the WAL and its index under the child (whose later writes would go to a deleted file), and a
-    later opener would reset the index the child still maps. The locks last as long as the child.
-    """
-    try:
-        info = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return
-    identity = (info.st_dev, info.st_ino)
-    if identity in _HELD:
-        return  # its locks are taken (a second cache on the same database)
-    try:
-        db_fd = open_if_exists(path)
-        shm_fd = open_if_exists(path + "-shm") if db_fd != -1 else -1
-    except DatabaseError:
-        return  # not a regular file: no connection of ours was open to it
-    if db_fd == -1:
-        return
-    _HELD[identity] = (db_fd, shm_fd)
-    _take_read_locks(db_fd, shm_fd)
-
-
-def _take_read_locks(db_fd: int, shm_fd: int) -> None:
-    """Read-lock SQLite's SHARED bytes of a database and the dead man switch of its WAL index."""
-    import fcntl  # POSIX only, as fork() is
-
-    for fd, start, length in ((db_fd, _SHARED_FIRST, _SHARED_SIZE), (shm_fd, _WAL_INDEX_DMS, 1)):
-        if fd == -1:
-            continue
-        for _ in range(_LOCK_TRIES):
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, length, start)
-                break
-            except OSError:
-                time.sleep(0.001)  # another process holds it exclusively, for a moment
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-

@@ -39,8 +39,9 @@ from typing import Callable
 from .._errors import is_busy
 from .._metrics import WriteCounts
 
-__all__ = ["COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff",
-           "wait_for_lock"]  # fmt: skip
+__all__ = [
+    "COUNTER_WORD", "POLL_LIMIT", "WAITING_WORD", "LockHandoff", "lock_handoff", "wait_for_lock",
+]
 
 COUNTER_WORD = 2  # version-file header word: bumped by a releaser that saw the flag
 WAITING_WORD = 3  # version-file header word: nonzero while some writer may be sleeping
@@ -48,8 +49,15 @@ POLL_LIMIT = 0.002  # seconds a waiter sleeps at most before it tries again unwo
 
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # shared (not PRIVATE): the words are in a shared mapping
 # futex's system call number on the 64-bit Linux machines where it is known.
-_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "ppc64le": 221,
-              "ppc64": 221, "s390x": 238}  # fmt: skip
+_SYS_FUTEX = {
+    "x86_64": 202,
+    "aarch64": 98,
+    "arm64": 98,
+    "riscv64": 98,
+    "ppc64le": 221,
+    "ppc64": 221,
+    "s390x": 238,
+}
 
 
 class _Timespec(ctypes.Structure):
@@ -66,8 +74,15 @@ class LockHandoff:
         libc = ctypes.CDLL(None, use_errno=True)
         call = libc.syscall
         call.restype = ctypes.c_long
-        call.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint,
-                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]  # fmt: skip
+        call.argtypes = [
+            ctypes.c_long,  # the system call's number
+            ctypes.c_void_p,  # uaddr
+            ctypes.c_int,  # futex_op
+            ctypes.c_uint,  # val
+            ctypes.c_void_p,  # timeout
+            ctypes.c_void_p,  # uaddr2
+            ctypes.c_uint,  # val3
+        ]
         self._futex = call
         # futex compares 32 bits: the counter's low half (it never exceeds 2**32 - 1).
         low_half = 0 if sys.byteorder == "little" else 4

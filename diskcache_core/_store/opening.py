@@ -17,7 +17,8 @@ import time
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from . import schema as sql
-from .connections import ConnectionPool
+from .creation import create_or_migrate
+from .connections import ConnectionPool, PoolHooks
 from .dbfile import in_wal_mode, refuse_special_file
 from .._disk.disk import Disk
 from .._errors import (
@@ -55,9 +56,10 @@ def open_database(
     disk_type: type[Disk],
     checked: dict[str, Any],
     code_only: dict[str, Any],
+    hooks: PoolHooks = PoolHooks(),
 ) -> Opened:
     """Open (creating if needed) the database in `directory` with the validated settings
-    `checked` (stored) and `code_only` (never stored)."""
+    `checked` (stored) and `code_only` (never stored); `hooks`: the pool's (see `PoolHooks`)."""
     # The Disk checks its options before a file is made: those given, the defaults for the rest
     # (with those stored, it is made again once they are read, below).
     given = Settings()
@@ -69,7 +71,7 @@ def open_database(
         for name, value in settings.connection_pragmas().items():
             con.execute(sql.set_pragma(name, value)).fetchall()
 
-    pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, configure)
+    pool = ConnectionPool(op.join(directory, sql.DBNAME), timeout, configure, hooks)
     # Read-only when asked (nothing may change: not even a new -wal or -shm) or when it must be.
     pool.read_only = (
         bool(code_only.get("read_only"))
@@ -131,7 +133,7 @@ def open_database(
         if not stored:
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
         _set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"], setup_timeout)
-        _retry_setup(lambda: sql.create_or_migrate(con, stored, wanted), setup_timeout)
+        _retry_setup(lambda: create_or_migrate(con, stored, wanted), setup_timeout)
         level = wanted.get("disk_compress_level")
         if not stored and level is not None and _takes_compress_level(disk_type):
             # Also under python-diskcache's row name, which it passes to its Disk (JSONDisk's

@@ -26,9 +26,14 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = [
-    "SELECT_SUSPECTS", "describe_row", "judges_modes", "raise_decode_error", "reads_as_miss",
-    "row_damage", "value_damage",
-]  # fmt: skip
+    "SELECT_SUSPECTS",
+    "describe_row",
+    "judges_modes",
+    "raise_decode_error",
+    "reads_as_miss",
+    "row_damage",
+    "value_damage",
+]
 
 # check's scan: the columns the rules read (the value only by its type: no blob is copied), of
 # the rows that may break one. The WHERE clause is a cheap superset of `row_damage`, which
@@ -46,8 +51,12 @@ SELECT_SUSPECTS = (
 )
 # SQLite's typeof() names, as the Python types a read gives.
 _SQL_TYPES: dict[str, type] = {
-    "null": type(None), "integer": int, "real": float, "text": str, "blob": bytes,
-}  # fmt: skip
+    "null": type(None),
+    "integer": int,
+    "real": float,
+    "text": str,
+    "blob": bytes,
+}
 _LIBRARY_FETCHES = frozenset({Disk.fetch, JSONDisk.fetch})
 _SHOWN = 60  # characters of a key's repr a message shows
 

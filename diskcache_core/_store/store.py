@@ -5,9 +5,10 @@ A write runs as one autocommit statement, or inside `transaction`. A write that 
 lock taken waits for it in `wait_for_lock` (woken by the lock handoff where the platform has one,
 see _store/handoff.py; SQLite's busy handler waits otherwise). When its transaction has
 ended, `_after_commit` does, in this order: publish the memory-tier versions its statements
-bumped (the triggers record them in ``state.versions``; see _memory/tier.py), hand the value files
+bumped (the triggers record them in ``state.txn.versions``; see versions.py), hand the value files
 it released to the reaper (only once committed, invariant 2 — never after a rollback), and
-count the bytes it wrote towards the next size check (`size_check`, the eviction part's).
+count the bytes it wrote towards the next size check (the `SizeBudget` the Store was made with:
+the eviction part's, which it hands itself, the count and the writer's context).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import os.path as op
 import sqlite3
 import threading
 import time
-import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator, Protocol
 
 from . import reaper as _reaper
 from .checkpointer import PASS_BYTES, note_commit
@@ -28,11 +28,11 @@ from .._errors import (
     DatabaseError, is_busy, is_readonly_rollback, read_only_error, translate_sqlite_error,
 )
 from .handoff import WAITING_WORD, LockHandoff, lock_handoff, wait_for_lock
-from .._memory.tier import publish
+from .versions import publish
 from .._metrics import ReadCounts, WriteCounts
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
-__all__ = ["MIN_WRITE_CHARGE", "Store", "Written", "weakly"]
+__all__ = ["MIN_WRITE_CHARGE", "SizeBudget", "Store", "Written"]
 
 MIN_WRITE_CHARGE = 1024  # each write counts at least this many bytes towards the next size check
 _COMMIT_PAGE = 4096  # WAL bytes a commit writes besides its values, at least
@@ -55,30 +55,26 @@ Written = tuple[int, "dict[int, int] | None"]
 _monotonic = time.monotonic
 
 
-def weakly(method: Callable[..., None]) -> Callable[..., None]:
-    """`method`, called through a weak reference to its object (a no-op once that is gone): held
-    by an object its own object holds, it makes no reference cycle, so a cache dropped after
-    close() is freed, its version file closed, by reference counting alone."""
-    ref = weakref.WeakMethod(method)
+class SizeBudget(Protocol):
+    """What a Store is made with to keep its cache within a size: every `every` bytes its
+    writes store, `check` (handed the store, the bytes counted, and the ``(db_key, raw)`` the
+    write must not lose, or None) culls; it returns True while still over (then the next write
+    checks again)."""
 
-    def call(*args: Any) -> None:
-        live = ref()
-        if live is not None:
-            live(*args)
+    every: int
 
-    return call
-
-
-def _no_size_check() -> None:
-    pass
+    def check(self, store: Store, unchecked: int, spared: tuple[Any, Any] | None) -> bool: ...
 
 
 class Store:
     """Statement execution and transactions over a ConnectionPool; see the module docstring."""
 
     def __init__(
-        self, pool: ConnectionPool, timeout: float, disk: Disk, handoff: LockHandoff | None = None
+        self, pool: ConnectionPool, timeout: float, disk: Disk, handoff: LockHandoff | None = None,
+        budget: SizeBudget | None = None,
     ) -> None:
+        """`handoff` wakes the directory's waiting writers (None: SQLite's busy handler waits);
+        `budget` is the size check its writes run (None: none, as for the CLI's own store)."""
         self.pool = pool
         self.timeout = timeout
         self.disk = disk
@@ -95,11 +91,9 @@ class Store:
         # The memory tier's version words (None where this process may only read), set when the
         # database was opened.
         self.words = pool.words
-        pool.rebinds.append(weakly(self._rebind))  # (no cycle: a dropped cache is freed at once)
-        # Bytes written since the last size check, and the check (set by the eviction part).
+        # Bytes written since the last size check, and the check.
         self.unchecked = 0
-        self.check_every = 2**20
-        self.size_check: Callable[[], None] = _no_size_check
+        self.budget = budget
         # Wakes this directory's writers waiting for the write lock; with it, the connections
         # have no busy handler of their own (they are opened after the Store is made).
         self.handoff = handoff
@@ -158,13 +152,15 @@ class Store:
     # --- writes -------------------------------------------------------------------------------
 
     def write(
-        self, statement: str, params: Any, retry: bool, new_file: str | None = None, charge: int = 0
+        self, statement: str, params: Any, retry: bool, new_file: str | None = None, charge: int = 0,
+        spared: tuple[Any, Any] | None = None,
     ) -> Written:
         """Run one write statement (autocommit unless inside `transaction`).
 
         `new_file` is the value file the statement makes a row name: removed if the statement
         fails (or if the enclosing transaction rolls back). `charge` is the bytes written,
-        counted towards the next size check.
+        counted towards the next size check; `spared` the writer's context for that check (the
+        key it stored, which the check must not evict: see `SizeBudget`).
         """
         try:
             state: ThreadState = self.local.state  # inline: the hot path
@@ -172,27 +168,29 @@ class Store:
             state = self._state_for(retry, new_file)
         if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _store/mapwatch.py)
             self._recover_versions(state, new_file)
-        if state.depth:
+        txn = state.txn
+        if txn.depth:
             self._check_joinable(state, new_file)
-            mark = len(state.released)
+            mark = len(txn.released)
         else:
             mark = 0
-            if _monotonic() >= state.recheck_at:
+            if _monotonic() >= state.opening.recheck_at:
                 state = self._recheck(state, retry, new_file)
+                txn = state.txn
         state.inserted = False
         try:
             cursor = state.execute(statement, params)
         except sqlite3.Error as exc:
             cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
-        if state.depth:
+        if txn.depth:
             if new_file is not None:
-                state.created.append(new_file)
+                txn.created.append(new_file)
             else:
-                state.logged += charge
-            state.charge += charge
+                txn.logged += charge
+            txn.charge += charge
             return cursor.rowcount, None
         # A value in a value file is not written to the WAL: only its row is.
-        return cursor.rowcount, self._after_commit(state, charge, 0 if new_file else charge)
+        return cursor.rowcount, self._after_commit(state, charge, 0 if new_file else charge, spared)
 
     def _recheck(self, state: ThreadState, retry: bool, new_file: str | None) -> ThreadState:
         """Outside a transaction, every RECHECK_INTERVAL: this thread's connection, or a new one
@@ -205,13 +203,13 @@ class Store:
                 return self._state_for(retry, new_file)
             if self.pool.versions_lost():
                 self._recover_versions(state, new_file)
-        state.recheck_at = _monotonic() + RECHECK_INTERVAL
+        state.opening.recheck_at = _monotonic() + RECHECK_INTERVAL
         return state
 
     def _recover_versions(self, state: ThreadState, new_file: str | None) -> None:
         """`ConnectionPool.recover_versions` before a statement; `new_file` goes if it raises."""
         try:
-            self.pool.recover_versions(bool(state.depth or state.con.in_transaction))
+            self.pool.recover_versions(bool(state.txn.depth or state.con.in_transaction))
         except BaseException:
             if new_file is not None:
                 self.remove_file(new_file)
@@ -223,7 +221,7 @@ class Store:
         if op.isdir(op.dirname(self.path)):
             return False
         state = self.state()
-        if state.depth or state.con.in_transaction:
+        if state.txn.depth or state.con.in_transaction:
             return False
         self.pool.close_current()
         self.state()  # the pool makes the directory and database anew as it connects
@@ -235,22 +233,23 @@ class Store:
         return state.inserted
 
     def write_capturing(
-        self, statement: str, params: Any, retry: bool, charge: int = 0
+        self, statement: str, params: Any, retry: bool, charge: int = 0,
+        spared: tuple[Any, Any] | None = None,
     ) -> tuple[int, Any]:
-        """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see _schema);
+        """`write` a statement that passes a value through NEW_VALUE_FUNCTION (see schema.py);
         return its rowcount and that value (NO_VALUE when the function was not called)."""
         if self.pool.read_only:  # (its function exists only on connections that may write)
             raise read_only_error(self.path)
         state = self.state(retry)
         state.new_value = NO_VALUE
-        rowcount, _ = self.write(statement, params, retry, charge=charge)
+        rowcount, _ = self.write(statement, params, retry, None, charge, spared)
         return rowcount, state.new_value
 
     def _write_failed(
         self, state: ThreadState, exc: sqlite3.Error, statement: str, params: Any, retry: bool,
         new_file: str | None, mark: int,
     ) -> sqlite3.Cursor:
-        if is_busy(exc) and not state.depth:
+        if is_busy(exc) and not state.txn.depth:
             try:
                 return wait_for_lock(
                     self.handoff, lambda: state.execute(statement, params), exc, retry,
@@ -258,10 +257,10 @@ class Store:
                 )
             except sqlite3.Error as again:
                 exc = again
-        if not state.depth and not state.con.in_transaction:
+        if not state.txn.depth and not state.con.in_transaction:
             self._publish(state)  # the failed statement ended: it bumped for nothing, harmlessly
             self._released()
-        del state.released[mark:]  # the failed statement's changes were rolled back
+        del state.txn.released[mark:]  # the failed statement's changes were rolled back
         if new_file is not None:
             self.remove_file(new_file)
         raise translate_sqlite_error(exc, self.pool.path) from exc
@@ -293,25 +292,29 @@ class Store:
             handoff.released()
 
     def _after_commit(
-        self, state: ThreadState, charge: int, logged: int
+        self, state: ThreadState, charge: int, logged: int,
+        spared: tuple[Any, Any] | None = None,
     ) -> dict[int, int] | None:
         """THE after-commit hook (see the module docstring); returns the versions published.
 
-        `charge`: the bytes the transaction stored; `logged`: those of them in the WAL."""
+        `charge`: the bytes the transaction stored; `logged`: those of them in the WAL;
+        `spared`: the writer's context for the size check."""
         handoff = self.handoff
         if handoff is not None and handoff.words[WAITING_WORD]:  # _released, inline: every write
             handoff.released()
-        published = state.versions or None
+        txn = state.txn
+        published = txn.versions or None
         if published:
-            state.versions = {}
+            txn.versions = {}
             words = self.words
             if words is not None:
-                for index, nonce in published.items():  # _memory.publish, inline: every write
+                for index, nonce in published.items():  # versions.publish, inline: every write
                     if words[index] == nonce:
                         words[index + 1] = nonce
-        if state.released:
-            names = list(state.released)
-            state.released.clear()
+        released = txn.released
+        if released:
+            names = list(released)
+            released.clear()
             if self.names_reused:
                 for name in names:
                     _reaper.remove_now(self.disk, name)
@@ -320,14 +323,18 @@ class Store:
         self.wal_bytes += logged + _COMMIT_PAGE  # a commit writes a page or more
         if not self.wal_noted and (self.wal_bytes >= PASS_BYTES or self.free_pages_left):
             note_commit(self)  # the checkpoint thread has work (_checkpointer.is_due, inline)
-        if charge:  # removals (charge 0) never trigger the size check themselves
+        budget = self.budget
+        if charge and budget is not None:  # removals (charge 0) never trigger the check
             self.unchecked += charge
-            if self.unchecked >= self.check_every:
-                self.size_check()
+            if self.unchecked >= budget.every:
+                unchecked, self.unchecked = self.unchecked, 0
+                if budget.check(self, unchecked, spared):
+                    self.unchecked = budget.every  # still over: check again on the next write
         return published
 
-    def _rebind(self, words: memoryview) -> None:
-        """The pool mapped the version words anew (the directory was made anew): use those."""
+    def rebind(self, words: memoryview) -> None:
+        """The pool mapped the version words anew (the directory was made anew): use those
+        (called by the pool's `rebind` hook, which the store's owner gives it)."""
         self.words = words
         if self.handoff is not None:
             self.handoff = lock_handoff(words)
@@ -342,10 +349,10 @@ class Store:
                 state.execute(RETURN_FREE_PAGE).fetchall()
 
     def _publish(self, state: ThreadState) -> None:
-        """The transaction that bumped ``state.versions`` has ended without commit work."""
-        versions = state.versions
+        """The transaction that bumped ``state.txn.versions`` has ended without commit work."""
+        versions = state.txn.versions
         if versions:
-            state.versions = {}
+            state.txn.versions = {}
             if self.words is not None:
                 publish(self.words, versions)
 
@@ -356,8 +363,8 @@ class Store:
     def forget_new_file(self, filename: str) -> None:
         """A value file written for a row that was not stored after all."""
         state = self.state()
-        if state.depth and filename in state.created:
-            state.created.remove(filename)
+        if state.txn.depth and filename in state.txn.created:
+            state.txn.created.remove(filename)
         self.remove_file(filename)
 
     # --- transactions ---------------------------------------------------------------------------
@@ -371,7 +378,7 @@ class Store:
         `new_file` is the value file the block's last statement makes a row name: removed if
         the block raises, even when it joined an outer transaction that goes on to commit.
 
-        Statements run with ``state.execute``; bytes they write are added to ``state.charge``.
+        Statements run with ``state.execute``; bytes they write are added to ``state.txn.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
         """
         if self.pool.read_only:  # (else SQLite's refusal would read as a rolled-back block)
@@ -379,13 +386,13 @@ class Store:
                 self.remove_file(new_file)
             raise read_only_error(self.path)
         state = self._state_for(retry, new_file)
-        if not state.depth and (_monotonic() >= state.recheck_at or self.pool.versions_shrunk()):
+        if not state.txn.depth and (_monotonic() >= state.opening.recheck_at or self.pool.versions_shrunk()):
             state = self._recheck(state, retry, new_file)
-        if state.depth:
+        if state.txn.depth:
             self._check_joinable(state, new_file)
             if new_file is not None:
-                state.created.append(new_file)  # the outer transaction's rollback removes it
-            state.depth += 1
+                state.txn.created.append(new_file)  # the outer transaction's rollback removes it
+            state.txn.depth += 1
             try:
                 yield state
             except Exception:
@@ -393,7 +400,7 @@ class Store:
                     self.forget_new_file(new_file)  # transaction may still commit
                 raise
             finally:
-                state.depth -= 1
+                state.txn.depth -= 1
             return
         try:
             try:
@@ -406,60 +413,60 @@ class Store:
                 if isinstance(exc, sqlite3.Error):
                     raise translate_sqlite_error(exc, self.pool.path) from exc
                 raise
-            state.depth = 1
+            state.txn.depth = 1
             if new_file is not None:
-                state.created.append(new_file)
+                state.txn.created.append(new_file)
             try:
                 yield state
             except BaseException as exc:
-                if state.inherited:
+                if state.opening.inherited:
                     raise  # a child forked inside the block: the transaction is the parent's
-                state.depth = 0
+                state.txn.depth = 0
                 self._rollback(state)
                 if isinstance(exc, sqlite3.Error):  # a statement of the block: the library's error
                     raise translate_sqlite_error(exc, self.pool.path) from exc
                 raise
-            if state.inherited:  # neither committed nor rolled back here: the parent does that
+            if state.opening.inherited:  # neither committed nor rolled back here: the parent does that
                 raise DatabaseError(_FORKED)
-            state.depth = 0
+            state.txn.depth = 0
             self._check_joinable(state, None)  # nothing to commit if SQLite rolled it back
-            created = state.created
+            created = state.txn.created
             try:
                 # Emptied before COMMIT: once it has run, nothing may remove these files, not even
                 # a rollback after a signal that lands right after it (a committed row's files).
-                state.created = []
+                state.txn.created = []
                 state.execute("COMMIT")
             except BaseException as exc:
                 if isinstance(exc, sqlite3.Error) or state.con.in_transaction:
-                    state.created = created  # COMMIT failed, or never ran: undo the block
+                    state.txn.created = created  # COMMIT failed, or never ran: undo the block
                     self._rollback(state)
                 else:  # a signal just after COMMIT ran: the transaction stands
-                    state.charge = state.logged = 0
+                    state.txn.charge = state.txn.logged = 0
                     self._after_commit(state, 0, 0)
                 if isinstance(exc, sqlite3.Error):
                     raise translate_sqlite_error(exc, self.pool.path) from exc
                 raise
-            charge, logged, state.charge, state.logged = state.charge, state.logged, 0, 0
+            charge, logged, state.txn.charge, state.txn.logged = state.txn.charge, state.txn.logged, 0, 0
             self._after_commit(state, charge, logged)
         except BaseException:
             # An exception between the steps above (a signal handler's, a KeyboardInterrupt):
             # no transaction may stay open on this connection, holding the write lock while
             # later writes "commit" into it; nor a committed one's after-commit work be skipped.
-            if not state.inherited:
+            if not state.opening.inherited:
                 self._settle_interrupted(state)
             raise
         finally:
-            if state.close_after:  # close() was called inside it
+            if state.txn.close_after:  # close() was called inside it
                 self.pool.close_current()
 
     def _settle_interrupted(self, state: ThreadState) -> None:
         """After a transaction block was left by an exception at any point: roll back what is
         still open, or finish what committed (its versions and released files)."""
-        state.depth = 0
+        state.txn.depth = 0
         if state.con.in_transaction:
             self._rollback(state)
-        elif state.versions or state.released:
-            state.charge = state.logged = 0
+        elif state.txn.versions or state.txn.released:
+            state.txn.charge = state.txn.logged = 0
             self._after_commit(state, 0, 0)
 
     def _begin(self, state: ThreadState, retry: bool, timeout: float | None) -> None:
@@ -485,9 +492,9 @@ class Store:
             state.execute("ROLLBACK")  # if this fails, the buckets stay unpublished: safe
         self._released()
         self._publish(state)  # nothing changed; the buckets may be filled again
-        state.released.clear()  # nothing stopped naming them after all
-        state.charge = state.logged = 0
-        created = list(state.created)
-        state.created.clear()
+        state.txn.released.clear()  # nothing stopped naming them after all
+        state.txn.charge = state.txn.logged = 0
+        created = list(state.txn.created)
+        state.txn.created.clear()
         for name in created:
             self.remove_file(name)

@@ -1,9 +1,9 @@
 """The memory tier's version file: the words every process of a cache directory shares.
 
 ``cache.db-versions`` holds a header and, for each of `BUCKETS` key-hash buckets, two 64-bit
-words (``pre`` and ``post``; what they mean is the protocol in _memory/tier.py); header words 2 and 3
-belong to the lock handoff (_store/handoff.py). It is mapped shared
-and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
+words (``pre`` and ``post``; what they mean is the protocol: its writer side in versions.py, its
+reader side in _memory/tier.py); header words 2 and 3 belong to the lock handoff (handoff.py).
+It is mapped shared and read-write, one mapping per file per process. Its blocks are allocated before it is mapped:
 a store into a mapped page with no block behind it kills the process (SIGBUS) on a full disk.
 
 The file can also be shrunk or replaced by hand while mapped (``truncate``, ``cp`` or an
@@ -34,10 +34,21 @@ from .._disk.ownership import PRIVATE, Ownership, ownership_of
 from .schema import database_uri
 
 __all__ = [
-    "BUCKETS", "FILE_SIZE", "HEADER_WORDS", "LOST_WORDS", "VERSION_FILE", "WordsCell",
-    "open_versions", "remap_versions", "renew_versions", "versions_identity", "versions_intact",
-    "versions_lost_error", "weak_method", "write_locked",
-]  # fmt: skip
+    "BUCKETS",
+    "FILE_SIZE",
+    "HEADER_WORDS",
+    "LOST_WORDS",
+    "VERSION_FILE",
+    "WordsCell",
+    "open_versions",
+    "remap_versions",
+    "renew_versions",
+    "versions_identity",
+    "versions_intact",
+    "versions_lost_error",
+    "weak_method",
+    "write_locked",
+]
 
 VERSION_FILE = "cache.db-versions"  # named like SQLite's own files: copied and kept with them
 BUCKETS = 8192  # key-hash buckets; a write makes every entry of its bucket refill once
@@ -222,7 +233,7 @@ class WordsCell:
         # failed): the pool's `_remap_in_statement`, held weakly (`weak_method`).
         self.remap: Callable[[], memoryview | None] = lambda: None
 
-    def writable(self, state: Any) -> memoryview:
+    def writable(self, txn: Any) -> memoryview:
         """(A version trigger, inside its statement) The words to bump. Where their file was
         found lost (`LOST_WORDS`), the directory's is mapped anew now — this thread holds the
         write lock — and the buckets the open transaction bumped in the lost file are bumped
@@ -234,7 +245,7 @@ class WordsCell:
         words = self.remap()
         if words is None:
             raise versions_lost_error("this transaction")
-        versions = state.versions
+        versions = txn.versions
         for index in versions:
             nonce = int.from_bytes(os.urandom(8), "little") | 1
             words[index] = nonce

@@ -381,7 +381,7 @@ def test_an_interrupt_between_the_steps_of_a_transaction_leaves_none_open(cache_
     original = getattr(store, name)
 
     def interrupted(state, *args):
-        if state.depth == 0:
+        if state.txn.depth == 0:
             setattr(store, name, original)
             if where == "before-commit":
                 original(state, *args)
@@ -413,7 +413,7 @@ def test_an_interrupt_inside_a_write_statements_sql_function_is_raised_as_itself
     # The version trigger's Python function runs inside every write statement; a signal
     # handler's exception raised there reached the caller as sqlite3's "user-defined function
     # raised exception" (a DatabaseError), which `except Exception` swallows.
-    from diskcache_core._memory import tier as _memory
+    from diskcache_core._store import versions as _memory
 
     index_of = _memory._stored_key_index
 

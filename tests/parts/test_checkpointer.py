@@ -89,7 +89,7 @@ def test_the_wal_stays_bounded_under_a_stream_of_writes(tmp_path):
     # 40 MB of pages the writes add up to.
     wal_bound = 2 * _checkpointer.BACKSTOP_PAGES * (4096 + 24)
     assert os.path.getsize(database(cache) + '-wal') <= wal_bound
-    assert cache.volume() <= 10 * 2**20 + cache._store.check_every
+    assert cache.volume() <= 10 * 2**20 + cache._store.budget.every
     cache.close()
     assert not os.path.exists(database(cache) + '-wal')  # the last close still removes it
 

@@ -355,9 +355,9 @@ def test_small_items_at_the_limit_are_culled_an_interval_at_a_time(tmp_path):
     still_over = 0
     for number in range(8000, 8500):
         cache.set(number, value)
-        if cache._store.unchecked >= cache._store.check_every:
+        if cache._store.unchecked >= cache._store.budget.every:
             still_over += 1
-        assert cache.volume() <= limit + 2 * cache._store.check_every
+        assert cache.volume() <= limit + 2 * cache._store.budget.every
     assert still_over <= 5
     assert len(cache) > 2500  # evicted about what was over, not everything
     cache.close()
@@ -378,7 +378,7 @@ def test_a_write_that_crosses_the_limit_never_evicts_its_own_item(make_store, po
         cache.set(number, b"x" * 40_000)
     assert cache.set("first", b"y" * 80_000) is True
     assert cache.get("first") == b"y" * 80_000
-    assert cache.volume() <= 300_000 + (0 if exact else cache._store.check_every)
+    assert cache.volume() <= 300_000 + (0 if exact else cache._store.budget.every)
     assert 0 not in cache  # the oldest other item went instead
 
 
@@ -474,8 +474,8 @@ def test_stats_never_go_back_while_a_size_check_writes_the_pending_reads(make_st
         cache.set(number, b"x" * 30_000)
         cache.get(number)
     before = cache.stats()
-    evictor = cache._evictor
-    evict = evictor._evict_until_within
+    sizing = cache._evictor.sizing  # the size check the store runs
+    evict = sizing._evict_until_within
     seen = []
 
     def evict_with_a_reader(*args):
@@ -487,8 +487,63 @@ def test_stats_never_go_back_while_a_size_check_writes_the_pending_reads(make_st
         finally:
             seen.append(reader)
 
-    evictor._evict_until_within = evict_with_a_reader
+    sizing._evict_until_within = evict_with_a_reader
     cache.set("over", b"y" * 30_000)  # over the limit: the check writes the pending reads
-    evictor._evict_until_within = evict
+    sizing._evict_until_within = evict
     seen.pop().join(30)
     assert seen and seen[0][0] >= before[0] == 5
+
+
+def test_lfu_an_incr_is_spared_by_the_size_check_its_own_write_runs(make_store):
+    # The write context of an incr (`Evictor.spares`, handed to Store.write) names its key: the
+    # size check its write runs must not evict the counter it just stored, however few reads
+    # it has (an incr is a use, counted only after the write).
+    cache = make_store(
+        eviction_policy="least-frequently-used", size_limit=400_000, exact_size_limit=True
+    )
+    assert cache.incr("counter") == 1  # no reads: the fewest of all
+    for number in range(15):
+        cache.set(number, b"x" * 10_000)
+        for _ in range(3):
+            assert cache.get(number) is not None
+    cache.reset("size_limit", 100_000)  # over the limit now; the next write's check culls
+    assert cache.incr("counter") == 2
+    assert cache.get("counter") == 2
+    assert sum(1 for number in range(15) if number in cache) < 15  # the check did cull
+
+
+def test_a_store_runs_the_size_budget_it_was_made_with(make_store):
+    """The Store is handed its size budget when it is made (nothing is assigned onto it): past
+    `every` bytes a write calls `check` with the store, the bytes counted and the write's
+    context; a True answer (still over) makes the next write check again."""
+    from diskcache_core._store.store import Store
+    from diskcache_core._store import schema as sql
+
+    class Budget:
+        every = 3000
+        over = False
+
+        def __init__(self):
+            self.calls = []
+
+        def check(self, store, unchecked, spared):
+            self.calls.append((unchecked, spared))
+            return self.over
+
+    cache = make_store()
+    budget = Budget()
+    store = Store(cache._store.pool, 1.0, cache.disk, None, budget)
+
+    def write(key, charge, spared=None):
+        store.write(sql.PLAIN_VARIANT[sql.UPSERT], (key, 1, 0.0, 0, 1, "v"), False, None,
+                    charge, spared)
+
+    write("a", 2000)
+    assert budget.calls == []
+    write("b", 2000, ("b", 1))
+    assert budget.calls == [(4000, ("b", 1))]
+    budget.over = True
+    write("c", 3000)
+    assert budget.calls[-1] == (3000, None)
+    write("d", 1)  # still over: checked again at once
+    assert budget.calls[-1] == (3001, None) and len(budget.calls) == 3

@@ -830,3 +830,20 @@ def test_flush_access_log_writes_every_shard_it_can_then_raises(tmp_path):
     assert second.stats()[0] == len([n for n in range(40) if cache.shard_for(n) is cache.shards[1]]) > 0
     second.close()
     cache.close()
+
+
+def test_shards_leave_the_users_disk_untouched(tmp_path):
+    # The share rule is each shard's own, on its write path (a `Role` it is made with): the Disk
+    # objects (Cache's public ``disk``) are the user's, with no method replaced on them.
+    cache = FanoutCache(str(tmp_path / 'c'), shards=2, size_limit=2 * 4096)
+    try:
+        assert all('store' not in vars(shard.disk) for shard in cache.shards)
+        with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+            cache.set('big', b'x' * 5000)
+        with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+            cache.incr('big', 10**20000)  # a pickled number past the share
+        with pytest.raises(ValueError, match='exceeds its shard.s size limit'):
+            cache.shard_for('big').push(b'x' * 5000)
+        assert len(cache) == 0
+    finally:
+        cache.close()

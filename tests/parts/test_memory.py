@@ -25,7 +25,8 @@ from typing import Any, Iterator
 import pytest
 
 import diskcache_core as dc
-from diskcache_core._memory import tier as _memory
+from diskcache_core._store import versionfile as _versionfile
+from diskcache_core._store import versions as _versions
 
 KIB = 1024
 VERSIONS = 'cache.db-versions'
@@ -214,7 +215,7 @@ def test_keys_noted_by_writes_alone_stay_bounded(make_store):
     cache = make_store(memory_item_limit=50)
     for number in range(5_000):  # no gets: writes note the keys they do not keep
         cache.set(number, number)
-    assert len(cache._memory.recent) <= 2 * 50  # bounded by the map's items, not the writes
+    assert len(cache._memory.admission.recent) <= 2 * 50  # bounded by the map's items, not the writes
     assert cache.memory_stats().items <= 50
 
 
@@ -553,7 +554,7 @@ def _died_after_commit(directory: str, key: str, value: str) -> None:
     """What a writer killed between its commit and its publish leaves: ``pre`` bumped, the row
     changed, ``post`` not stored."""
     words = _words(directory)
-    index = _memory.pre_index(key)
+    index = _versions.pre_index(key)
     words[index] = int.from_bytes(os.urandom(8), 'little') | 1
     con = sqlite3.connect(os.path.join(directory, 'cache.db'), isolation_level=None)
     con.execute('UPDATE Cache SET value = ? WHERE key = ?', (value, key))
@@ -763,7 +764,7 @@ def test_fork(store):
     store.set('parent', 'p')
     store.set('shared', 1)
     warm(store, 'shared', 1)
-    parent_nonce = _memory._random.getrandbits(64)
+    parent_nonce = _versions._random.getrandbits(64)
     read, write = os.pipe()
 
     def child() -> bool:
@@ -772,7 +773,7 @@ def test_fork(store):
         ok = ok and store.memory_stats().hits >= 2
         store.set('shared', 2)  # the parent must see this
         ok = ok and store.get('parent') == 'p'
-        os.write(write, _memory._random.getrandbits(64).to_bytes(8, 'little'))
+        os.write(write, _versions._random.getrandbits(64).to_bytes(8, 'little'))
         return ok
 
     assert _fork_and_run(child) == 0
@@ -792,7 +793,7 @@ def test_version_file(store):
     path = os.path.join(store.directory, VERSIONS)
     info = os.stat(path)
     assert stat.S_IMODE(info.st_mode) & 0o077 == 0
-    assert info.st_size == 64 + 16 * _memory.BUCKETS
+    assert info.st_size == 64 + 16 * _versionfile.BUCKETS
     assert store.check() == []  # not an unknown file
     store.check(fix=True)
     assert os.path.exists(path)
@@ -815,7 +816,7 @@ def test_a_damaged_version_file_is_repaired_in_place(cache_dir):
         file.truncate(100)
         file.write(b'garbage')
     cache = dc.Cache(cache_dir)
-    assert os.stat(path).st_ino == inode and os.path.getsize(path) == 64 + 16 * _memory.BUCKETS
+    assert os.stat(path).st_ino == inode and os.path.getsize(path) == 64 + 16 * _versionfile.BUCKETS
     cache.set('k', 'v')
     warm(cache, 'k', 'v')
     cache.close()
@@ -1031,3 +1032,44 @@ def test_the_byte_bound_counts_big_ints_and_wide_text_at_their_real_size(cache_d
     stats = cache.memory_stats()
     assert real <= stats.size <= stats.size_limit
     cache.close()
+
+
+def test_the_tier_builds_the_hit_path_gets_take(make_store):
+    """`MemoryTier.hit`, the one function that answers a plain get from memory (Cache.get and
+    the remote tier's get both call it): the value, `default` for a key known absent, or MISS
+    (read the store, keep nothing) or FILL (read the store, and ask to keep what it finds)."""
+    from diskcache_core._memory.tier import FILL, MISS
+
+    cache = make_store()
+    writer = make_store()
+    tier = cache._memory
+    cache.set('kept', 'value')
+    assert tier.hit('kept', 'default') == 'value'
+    assert tier.hit('new', 'default') is MISS  # not seen lately: noted, not filled
+    assert tier.hit('new', 'default') is FILL  # seen lately: the read may fill
+    assert cache.get('new', 'default') == 'default'  # ... and it does
+    assert tier.hit('new', 'default') == 'default'  # absent, from memory
+    writer.set('kept', 'changed')
+    assert tier.hit('kept', 'default') is FILL  # invalidated: refilled by the next read
+    assert cache.get('kept') == 'changed' and tier.hit('kept', None) == 'changed'
+    stats = cache.memory_stats()
+    assert (stats.hits, stats.misses) == (3, 3)  # (FILL counts its miss in the read that fills)
+
+
+def test_a_dropped_cache_is_freed_without_the_garbage_collector(cache_dir):
+    """The hit path the tier builds holds no reference back to the tier (only a weak one): a
+    dropped cache is freed by reference counting alone, its version file unmapped at once."""
+    import gc
+    import weakref
+
+    cache = dc.Cache(cache_dir)
+    cache.set('key', 'value')
+    assert cache.get('key') == 'value'
+    tier = weakref.ref(cache._memory)
+    cache.close()
+    gc.disable()
+    try:
+        del cache
+        assert tier() is None
+    finally:
+        gc.enable()

@@ -13,13 +13,14 @@ from collections import OrderedDict
 from typing import Any
 
 import diskcache_core as dc
+from diskcache_core._memory import admission as _admission
 from diskcache_core._memory import tier as _memory
 
 ITEMS = 5_000
 
 
 class CountingEntries(OrderedDict):  # type: ignore[type-arg]
-    """The tier's map, counting the lookups of gets (Cache.get calls its ``get``)."""
+    """The tier's map, counting the lookups of gets (the tier's hit path calls its ``get``)."""
 
     lookups = 0
 
@@ -32,6 +33,7 @@ def count_lookups(cache: dc.Cache) -> CountingEntries:
     memory = cache._memory
     counting = CountingEntries(memory.entries)
     memory.entries = counting
+    memory.build_hit_path()  # (the hit path binds the map's methods)
     return counting
 
 
@@ -60,7 +62,7 @@ def test_a_tier_that_rarely_answers_is_skipped_by_most_gets(make_store):
     before = entries.lookups
     uniform_gets(cache, 8_000, seed=2)
     sampled = entries.lookups - before
-    assert 8_000 // (_memory.SAMPLE_GAP + 1) <= sampled < 8_000 // 4
+    assert 8_000 // (_admission.SAMPLE_GAP + 1) <= sampled < 8_000 // 4
     stats = cache.memory_stats()
     assert stats.hits + stats.misses == 28_200  # every get counted once
 
@@ -127,7 +129,7 @@ def test_a_fanout_cache_samples_each_shard(tmp_path):
         uniform_gets(cache, 40_000)
         stats = cache.memory_stats()
         assert stats.hits + stats.misses == 40_000
-        assert all(shard._memory.gap for shard in cache._shards)
+        assert all(shard._memory.admission.gap for shard in cache._shards)
     finally:
         cache.close()
         writer.close()
@@ -140,10 +142,10 @@ def test_a_tier_turned_off_under_a_get_keeps_and_answers_nothing(make_store):
     tier = cache._memory
     assert len(tier.entries) == 1
     cache.memory_item_limit = 0
-    # A get under way (a sampled one whose gap ended) stored the old tier back just now.
-    cache._lookups = tier
+    # A get under way holds the old tier: it keeps and answers nothing any more.
     for value in range(2, 6):
         writer.set('key', value)
         assert cache.get('key') == value
+        assert tier.hit('key', None) in (_memory.MISS, _memory.FILL)
         assert cache.get('key') == value
     assert len(tier.entries) == 0

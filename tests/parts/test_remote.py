@@ -1076,3 +1076,24 @@ def test_update_with_a_remote_keeps_expiry_and_tag_and_knows_keep_and_delete(hos
     eventually(lambda: "k" not in a)
     assert a.update("new", lambda value: value, default=5, expire=None, tag="x") == 5
     assert b.get("new", tag=True) == (5, "x")
+
+
+def test_the_remote_tier_answers_from_the_memory_tiers_own_hit_path(hosts):
+    """A remote cache's get asks its memory tier through the function that tier builds
+    (`MemoryTier.hit`, the local get's too), which answers a copy only while the lease holds."""
+    (cache,) = hosts(1)
+    eventually(cache._remote._words.lease_valid)
+    cache.set("key", "value")
+    tier = cache._remote._memory
+    asked = []
+    hit = tier.hit
+
+    def counting(key, default):
+        asked.append(key)
+        return hit(key, default)
+
+    tier.hit = counting
+    assert cache.get("key") == "value"
+    assert cache.get("key") == "value"
+    assert asked == ["key", "key"]
+    assert cache.memory_stats().hits >= 1  # answered from memory
