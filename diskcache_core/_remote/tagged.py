@@ -22,8 +22,8 @@ is the item's (`_homes`); on one server, ``{}`` (the names do not start with the
 listener's tracking never reports them). On a cluster a tag is thus one set per slot that holds
 items carrying it; the *registry* ``{}<prefix>r<tag>`` lists those homes, and `evict_tags`
 evicts home by home (a transaction per slot, as a FanoutCache's is per shard). A home is added
-to the registry before the write that needs it, and never removed (at most 16,384 per tag), so a
-registry only ever over-approximates.
+to the registry before the write that needs it, and never removed (not by ``clear`` either; at
+most 16,384 per tag), so a registry only ever over-approximates.
 """
 
 from __future__ import annotations
@@ -166,13 +166,3 @@ class TagNames:
     def registry(self, canonical: bytes) -> bytes:
         """The set of homes holding a set of the tag (used on a cluster only)."""
         return SINGLE_HOME + self.prefix + b"r" + canonical
-
-    def bookkeeping_pattern(self) -> bytes:
-        """A SCAN pattern of the tag hashes and tag sets (not the registries: `RemoteStore.clear`
-        keeps them, so a write racing a clear stays findable)."""
-        escaped = bytearray()
-        for byte in self.prefix:
-            if byte in b"*?[]\\":
-                escaped += b"\\"
-            escaped.append(byte)
-        return b"\\{*\\}" + bytes(escaped) + b"[gt]*"
