@@ -21,10 +21,21 @@ from dataclasses import dataclass, field, fields
 from typing import NamedTuple, TypeVar
 
 __all__ = [
-    "CacheMetrics", "CommandCounts", "EvictionCounts", "Evictions", "Gets", "HostCounts", "MemoryMetrics",
-    "MemoryStats", "ReadCounts", "RemoteCounts", "RemoteMetrics", "WriteCounts", "Writes",
+    "CacheMetrics",
+    "CommandCounts",
+    "EvictionCounts",
+    "Evictions",
+    "Gets",
+    "HostCounts",
+    "MemoryMetrics",
+    "MemoryStats",
+    "ReadCounts",
+    "RemoteCounts",
+    "RemoteMetrics",
+    "WriteCounts",
+    "Writes",
     "add_counts",
-]  # fmt: skip
+]
 
 
 # --- the counters each tier keeps (mutable, per process) ----------------------------------------

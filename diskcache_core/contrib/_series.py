@@ -47,8 +47,12 @@ class Sample(NamedTuple):
     value: float
 
 
-_GETS = Series("diskcache_core_gets", COUNTER, "Gets of this process by the tier that answered",
-               ("tier", "result"))  # fmt: skip
+_GETS = Series(
+    "diskcache_core_gets",
+    COUNTER,
+    "Gets of this process by the tier that answered",
+    ("tier", "result"),
+)
 _FILLS = Series("diskcache_core_memory_fills", COUNTER, "Entries the memory tier kept")
 _INVALIDATIONS = Series(
     "diskcache_core_invalidations", COUNTER, "Memory-tier entries found invalidated by a write"
@@ -59,19 +63,33 @@ _GIVE_UPS = Series("diskcache_core_write_give_ups", COUNTER, "Writes that gave u
 _MEMORY_ITEMS = Series("diskcache_core_memory_items", GAUGE, "Entries in the memory tier")
 _MEMORY_BYTES = Series("diskcache_core_memory_bytes", GAUGE, "Bytes counted for those entries")
 _MEMORY_LIMIT = Series("diskcache_core_memory_limit_bytes", GAUGE, "The memory tier's byte bound")
-_ITEMS = Series("diskcache_core_items", GAUGE, "Items in the database (the whole host)",
-                combine="mostrecent")  # fmt: skip
-_FILE_BYTES = Series("diskcache_core_value_file_bytes", GAUGE,
-                     "Bytes in value files (the whole host)", combine="mostrecent")  # fmt: skip
-_HOST_GETS = Series("diskcache_core_host_gets", GAUGE,
-                    "Hits and misses of every process (statistics on)", ("result",),
-                    combine="mostrecent")  # fmt: skip
+_ITEMS = Series(
+    "diskcache_core_items", GAUGE, "Items in the database (the whole host)", combine="mostrecent"
+)
+_FILE_BYTES = Series(
+    "diskcache_core_value_file_bytes",
+    GAUGE,
+    "Bytes in value files (the whole host)",
+    combine="mostrecent",
+)
+_HOST_GETS = Series(
+    "diskcache_core_host_gets",
+    GAUGE,
+    "Hits and misses of every process (statistics on)",
+    ("result",),
+    combine="mostrecent",
+)
 _COMMANDS = Series("diskcache_core_remote_commands", COUNTER, "Commands sent to the remote")
 _ERRORS = Series("diskcache_core_remote_errors", COUNTER, "Remote commands that failed")
-_RECONNECTS = Series("diskcache_core_remote_reconnects", COUNTER,
-                     "Times the remote answered again after an outage")  # fmt: skip
-_LEASE = Series("diskcache_core_remote_lease_valid", GAUGE,
-                "1 while the host's listener holds its lease", combine="mostrecent")  # fmt: skip
+_RECONNECTS = Series(
+    "diskcache_core_remote_reconnects", COUNTER, "Times the remote answered again after an outage"
+)
+_LEASE = Series(
+    "diskcache_core_remote_lease_valid",
+    GAUGE,
+    "1 while the host's listener holds its lease",
+    combine="mostrecent",
+)
 _LEASE_LEFT = Series("diskcache_core_remote_lease_remaining_seconds", GAUGE,
                      "Seconds the listener's lease is still good for", combine="mostrecent")
 
