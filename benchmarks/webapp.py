@@ -310,9 +310,10 @@ def _table(result: RowResult) -> str:
     return "\n".join(lines)
 
 
-def text_report(results: list[RowResult], workload: WebappWorkload, smoke: bool) -> str:
+def text_report(results: list[RowResult], workload: WebappWorkload, smoke: bool,
+                machine: str = "") -> str:
     """Every row's table, then throughput and stale reads side by side."""
-    lines = []
+    lines = [machine, ""] if machine else []
     if smoke:
         lines += ["*** SMOKE RUN (--quick): its figures are not measurements. ***", ""]
     lines += [f"Tags workload (webapp): {'/'.join(map(str, MIX))} get/set/invalidate, "
@@ -369,14 +370,18 @@ def run(rows: list[str], processes: list[int], workload: WebappWorkload,
 def main(rows: list[str], processes: list[int], workload: WebappWorkload, output: str,
          scratch: Optional[str], smoke: bool) -> int:
     """Run, print the report, write webapp.txt and webapp.json in `output`."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    machine = (f"Machine: {os.cpu_count()} CPUs, load average {load:.1f} when the run started "
+               "(a loaded machine's figures are noisy: compare rows of one run only)")
     results = run(rows, processes, workload, scratch)
-    text = text_report(results, workload, smoke)
+    text = text_report(results, workload, smoke, machine)
     print(text)
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "webapp.txt"), "w", encoding="utf-8") as handle:
         handle.write(text + "\n")
     data = {"parameters": {**workload.__dict__, "processes": processes, "mix": list(MIX),
                            "smoke": smoke},
+            "machine": machine,
             "results": [result.to_dict() for result in results]}
     with open(os.path.join(output, "webapp.json"), "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
