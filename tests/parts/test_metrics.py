@@ -239,6 +239,54 @@ def test_remote_counts_commands_errors_reconnects_and_lease(tmp_path):
             cache.close()
 
 
+@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+def test_remote_invalidations_received_and_lag_percentiles(tmp_path):
+    """Two hosts (two directories on one Redis): the writes of one are heard by the other's
+    listener, counted once each (no probe name of either listener counted), and its probes'
+    lag percentiles are published, positive and ordered, in every process's snapshot."""
+    with RedisTestServer() as server:
+        options = {"remote": server.url, "remote_prefix": f"lag-{uuid.uuid4().hex[:8]}:",
+                   "remote_timeout": 1.0}  # fmt: skip
+        writer = Cache(str(tmp_path / "writer"), **options)
+        reader = Cache(str(tmp_path / "reader"), **options)
+        try:
+            eventually(lambda: writer.metrics().remote.lease_valid)
+            eventually(lambda: reader.metrics().remote.lease_valid)
+            before = reader.metrics().remote
+            assert before.invalidations_received == 0
+            for number in range(25):
+                writer.set(f"k{number}", number)
+            writer.delete("k0")
+            writer.set("k1", "again")
+            # Both listeners time further probes (each also hears the other's probe names).
+            probes = before.lag_probes
+            eventually(lambda: reader.metrics().remote.lag_probes >= probes + 3)
+            eventually(lambda: writer.metrics().remote.lag_probes >= 3)
+            eventually(lambda: reader.metrics().remote.invalidations_received >= 27)
+            remote = reader.metrics().remote
+            assert remote.invalidations_received == 27
+            assert writer.metrics().remote.invalidations_received == 27  # its own writes too
+            assert remote.lag_p50 is not None and remote.lag_p90 is not None
+            assert remote.lag_p99 is not None
+            assert 0.0 < remote.lag_p50 <= remote.lag_p90 <= remote.lag_p99
+            assert server.client().keys(options["remote_prefix"] + "~*")  # the probes' names
+            # Another process of the reader's host reads the same report.
+            script = (
+                "import sys; from diskcache_core import Cache; "
+                "c = Cache(sys.argv[1], remote=sys.argv[2], remote_prefix=sys.argv[3]); "
+                "r = c.metrics().remote; print(r.invalidations_received, r.lag_probes > 0); c.close()"
+            )
+            out = subprocess.run(
+                [sys.executable, "-c", script, str(tmp_path / "reader"), server.url,
+                 options["remote_prefix"]], capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert out.stdout.split() == ["27", "True"], out.stderr
+            assert reader.clear() == 24  # the probes' names are no cache's keys
+        finally:
+            reader.close()
+            writer.close()
+
+
 def test_public_names():
     for name in ("CacheMetrics", "Evictions", "Gets", "HostCounts", "MemoryMetrics",
                  "RemoteMetrics", "Writes"):  # fmt: skip
