@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from diskcache_core import Cache, FanoutCache
+
 from redis_servers import RedisTestServer, redis_missing
 
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -199,7 +200,7 @@ def test_exporters_show_the_listeners_report(tmp_path):
                 assert found[("diskcache_core_remote_invalidations_received", plain)] == 5
                 lags = [
                     found[("diskcache_core_remote_invalidation_lag_seconds",
-                           plain | {("quantile", quantile)})]  # fmt: skip
+                           plain | {("quantile", quantile)})]
                     for quantile in ("0.5", "0.9", "0.99")
                 ]
                 assert 0 < lags[0] <= lags[1] <= lags[2]
