@@ -375,7 +375,7 @@ class _LeaseWatch:
     def check(self) -> None:
         """Look at the lease once (every few tens of milliseconds, from the supervisor)."""
         now = time.monotonic()
-        if self._words.lease_valid():
+        if self._words.lease_valid_checked():
             if not self._granted:
                 self._granted = True
                 if self._slow:

@@ -231,6 +231,13 @@ class RemoteWords:
     def lease_valid(self) -> bool:
         return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
 
+    def lease_valid_checked(self) -> bool:
+        """`lease_valid` for a background thread that looks often and unprompted: the file's
+        size is checked first (one fstat), so a truncated file is switched to private words
+        instead of being read (a load past its end is SIGBUS). A get's hit stays unchecked."""
+        self._guard()
+        return self.lease_valid()
+
     def lease_state(self) -> tuple[bool, float, int]:
         """For metrics: whether the lease is valid now, the seconds it is still good for (0.0
         once lapsed), and the listener's pid (0: none has written it; all three when closed)."""
@@ -347,6 +354,10 @@ class StampSet:
     def probes(self) -> int:
         """The probes timed so far (by this directory's listeners, since the file was made)."""
         return self._members[0][1].heard_state().probes if self._members else 0
+
+    def lease_valid_checked(self) -> bool:
+        """`lease_valid`, each file's size checked first (`RemoteWords.lease_valid_checked`)."""
+        return all(words.lease_valid_checked() for _, words in self._members)
 
     def set_listener(self, pid: int) -> None:
         for _, words in self._members:
