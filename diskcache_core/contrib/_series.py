@@ -92,12 +92,21 @@ _LEASE = Series(
 )
 _LEASE_LEFT = Series("diskcache_core_remote_lease_remaining_seconds", GAUGE,
                      "Seconds the listener's lease is still good for", combine="mostrecent")
+# The listener's report (the whole host's, from its stamp file): gauges, as `_ITEMS` is.
+_RECEIVED = Series("diskcache_core_remote_invalidations_received", GAUGE,
+                   "Names the host's listener heard change in Redis and invalidated",
+                   combine="mostrecent")  # fmt: skip
+_LAG = Series("diskcache_core_remote_invalidation_lag_seconds", GAUGE,
+              "Invalidation lag over the listener's recent probes, by quantile", ("quantile",),
+              combine="mostrecent")  # fmt: skip
+_PROBES = Series("diskcache_core_remote_lag_probes", GAUGE,
+                 "Probes the host's listener timed", combine="mostrecent")  # fmt: skip
 
 #: Every series, in the order they are exported.
 SERIES = (
     _GETS, _FILLS, _INVALIDATIONS, _EVICTIONS, _WAITS, _GIVE_UPS, _MEMORY_ITEMS, _MEMORY_BYTES,
     _MEMORY_LIMIT, _ITEMS, _FILE_BYTES, _HOST_GETS, _COMMANDS, _ERRORS, _RECONNECTS, _LEASE,
-    _LEASE_LEFT,
+    _LEASE_LEFT, _RECEIVED, _LAG, _PROBES,
 )
 
 
@@ -137,3 +146,9 @@ def _of(name: str, metrics: CacheMetrics) -> Iterator[Sample]:
         yield Sample(_RECONNECTS, plain, remote.reconnects)
         yield Sample(_LEASE, plain, 1.0 if remote.lease_valid else 0.0)
         yield Sample(_LEASE_LEFT, plain, remote.lease_remaining)
+        yield Sample(_RECEIVED, plain, remote.invalidations_received)
+        yield Sample(_PROBES, plain, remote.lag_probes)
+        for quantile, lag in (("0.5", remote.lag_p50), ("0.9", remote.lag_p90),
+                              ("0.99", remote.lag_p99)):  # fmt: skip
+            if lag is not None:  # (none before the listener's first probe)
+                yield Sample(_LAG, {"cache": name, "quantile": quantile}, lag)
