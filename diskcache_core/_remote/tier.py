@@ -16,6 +16,7 @@ version words. Operations that cannot be done across hosts raise `RemoteUnsuppor
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from typing import Any, Callable, NoReturn, TypeVar
 
@@ -24,9 +25,10 @@ from .._arguments import check_bindable, check_key, check_tag, expire_at, put_ke
 from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
 from .._errors import DiskCacheError, RemoteOutcomeUnknownError, RemoteUnsupportedError
 from .listener import ListenerThread, listener_for, release_listener
-from .._memory.tier import ABSENT, MISS, MemoryTier
+from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
+from .fills import Fill, Fills, run_soon
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .._settings import REMOTE_DEFAULTS
@@ -45,10 +47,12 @@ class RemoteTier:
     def __init__(
         self, directory: str, store: Store, disk: Disk, native_numbers: bool,
         code_only: dict[str, Any], group: tuple[str, tuple[Member, ...]] | None = None,
+        reads: ReadNotes | None = None,
     ) -> None:
         """`group`: the directory whose listener serves this cache, and every cache it serves
         (``(directory, prefix)`` each, this one among them): a FanoutCache's directory and its
-        shards. None: this cache alone, its listener elected in its own directory."""
+        shards. None: this cache alone, its listener elected in its own directory. `reads`
+        hears of each get (the Evictor: hits and misses for `stats`)."""
         options = {**REMOTE_DEFAULTS, **code_only}
         self._directory = directory
         self._store = store
@@ -61,6 +65,9 @@ class RemoteTier:
         )
         self._words = RemoteWords(directory, self._remote.prefix)
         self._memory: MemoryTier | None = None
+        self._reads = reads
+        # Copies of Redis's answers, written to the database by a background writer.
+        self._fills = Fills(self._write_fills)
         # For `Cache.metrics`: gets below the memory tier by who answered; removals from Redis.
         self.answered, self.removed = RemoteCounts(), EvictionCounts()
         self._remapped()  # (the stamp words' views)
@@ -73,6 +80,15 @@ class RemoteTier:
         self._closed = False
         self._listener: ListenerThread | None = None
         self._elect()
+        # Redis's connection made now, in the background, not by the first get (a FanoutCache's
+        # shards each have their own: eight connects among the first gets, measured).
+        if not self._remote.cluster:  # (a cluster client connects when made, at once)
+            run_soon(weak_method(self._warm))
+
+    def _warm(self) -> None:
+        """Connect to Redis (a PING) unless closed meanwhile (see `run_soon`'s caller)."""
+        if self._listener is not None:
+            self._remote.client.ping()
 
     def _elect(self) -> None:
         """Be one more user of this process's listener candidate of the group's directory."""
@@ -99,8 +115,8 @@ class RemoteTier:
             # this tier's to fill (`_get_below_memory`), by the stamps.
             self._memory = MemoryTier(
                 self._stamps, size_limit, item_limit, plain_keys, self._native_numbers,
-                self._disk.put, self._disk.fetch, guard=weak_method(self._leased),
-                admits_reads=False,
+                self._disk.put, self._disk.fetch, reads=self._reads,
+                guard=weak_method(self._leased), admits_reads=False,
             )
         else:
             self._memory.set_limits(size_limit, item_limit)
@@ -142,10 +158,17 @@ class RemoteTier:
         if memory is not None:
             memory.count_miss()
         now = time.time()
+        reads = self._reads
+        if reads is not None and not reads.tracks_reads:
+            reads = None
         if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
-            found = self._local_copy(db_key, raw, index, read, now)
+            found = self._waiting_copy(db_key, raw, index, read, now)
+            if found is None:
+                found = self._local_copy(db_key, raw, index, read, now)
             if found is not None:
                 self.answered.local += 1
+                if reads is not None:
+                    reads.note_read(db_key, raw, True, now)
                 value, expires = found
                 return shape(value, expires, None, expire_time, False)
         self._check_listener()
@@ -156,17 +179,33 @@ class RemoteTier:
             item = None  # Redis's clock has not caught up with ours yet
         if item is None:
             self.answered.missed += 1
+            if reads is not None:
+                reads.note_read(db_key, raw, False, now)
             if memory is not None and not (read or expire_time or tag):
                 map_key = memory.map_key(db_key, raw)
                 if map_key is not None:
                     memory.store(map_key, None, ABSENT, index, stamp, None, db_key, raw)
             return shape(default, None, None, expire_time, tag)
         self.answered.found += 1
+        if reads is not None:
+            reads.note_read(db_key, raw, True, now)
         value = disk.fetch(item.mode, None, item.db_value, read)
         if self._stamps[index] == stamp:
             self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
                        item.expire_time, index, stamp)
         return shape(value, item.expire_time, item.tag, expire_time, tag)
+
+    def _waiting_copy(
+        self, db_key: Any, raw: Any, index: int, read: bool, now: float
+    ) -> tuple[Any, float | None] | None:
+        """A copy not yet written (see `Fills`) if its stamp is current: (value, expire_time)."""
+        fill = self._fills.waiting.get((db_key, raw))
+        if fill is None or fill.word != index or self._stamps[index] != fill.stamp:
+            return None
+        expires = fill.expires
+        if expires is not None and expires <= now:
+            return None
+        return self._disk.fetch(fill.mode, None, fill.db_value, read), expires
 
     def _local_copy(
         self, db_key: Any, raw: Any, index: int, read: bool, now: float
@@ -208,28 +247,69 @@ class RemoteTier:
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
         expires: float | None, index: int, stamp: int,
     ) -> None:
-        """Keep what Redis answered as this host's copy, under the stamp read before asking."""
-        disk = self._disk
+        """Keep what Redis answered as this host's copy, under the stamp read before asking:
+        in the memory tier at once (an inline value), in the database by the background
+        writer (`_write_fills`), off the caller's path."""
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
-        filename = None
-        size = 0
-        if inline >= disk.min_file_size > 0:
-            plain = disk.fetch(mode, None, db_value, False) if read else value
-            size, mode, filename, db_value = disk.store(plain, False, key=key)
-        elif self._memory is not None and not read:
+        if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
             self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
-        charge = size or inline
-        params = (db_key, raw, time.time(), expires, stamp, size, mode, filename, db_value)
+        self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
+
+    def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
+        """Write waiting copies into the database in one transaction (the writer thread's):
+        those whose stamp changed since are skipped (a later change made them unservable). The
+        write lock is waited for briefly; busy, a full disk, read-only: the batch is dropped
+        (the copies are only a shortcut)."""
+        disk = self._disk
+        store = self._store
+        stamps = self._stamps
+        limit = disk.min_file_size
+        now = time.time()
+        inline_rows: list[tuple[Any, ...]] = []
+        inline_charge = 0
+        file_rows: list[tuple[tuple[Any, ...], str, int]] = []
+        for (db_key, raw), fill in batch.items():
+            if stamps[fill.word] != fill.stamp:
+                continue
+            mode, db_value = fill.mode, fill.db_value
+            inline = len(db_value) if type(db_value) in (bytes, str) else 0
+            if inline >= limit > 0:
+                try:
+                    plain = disk.fetch(mode, None, db_value, False)
+                    size, mode, filename, db_value = disk.store(plain, False, key=fill.key)
+                except OSError:
+                    continue
+                params = (db_key, raw, now, fill.expires, fill.stamp, size, mode, filename,
+                          db_value)
+                if filename is not None:
+                    file_rows.append((params, filename, max(size, MIN_WRITE_CHARGE)))
+                    continue
+            else:
+                params = (db_key, raw, now, fill.expires, fill.stamp, 0, mode, None, db_value)
+            inline_rows.append(params)
+            inline_charge += max(inline, MIN_WRITE_CHARGE)
+        if not inline_rows and not file_rows:
+            return
         try:
-            # One try for the write lock: a get never waits for another process's write to
-            # keep a copy (another reader of the host will keep it).
-            with self._store.transaction(timeout=0.0):
-                self._store.write(
-                    sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE)
-                )
-        except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
-            if filename is not None:
-                self._store.forget_new_file(filename)
+            with store.transaction(timeout=_REFRESH_WAIT) as state:
+                if inline_rows:  # one call for the batch: the GIL is the caller's meanwhile
+                    state.con.executemany(sql.UPSERT, inline_rows)
+                    state.txn.charge += inline_charge
+                    state.txn.logged += inline_charge
+                for params, filename, charge in file_rows:
+                    store.write(sql.UPSERT, params, False, filename, charge)
+        except sqlite3.Error:  # (executemany's own, untranslated): as below
+            self._drop_files(file_rows)
+        except DiskCacheError:
+            self._drop_files(file_rows)
+
+    def _drop_files(self, file_rows: list[tuple[tuple[Any, ...], str, int]]) -> None:
+        for _, filename, _ in file_rows:
+            self._store.forget_new_file(filename)
+
+    def flush_fills(self) -> None:
+        """Write the copies waiting now (see `Fills`), in the calling thread."""
+        self._fills.flush()
 
     def refresh(self, names: list[bytes]) -> int:
         """Renew this host's copies of items that just changed in Redis; how many were renewed.
@@ -461,6 +541,7 @@ class RemoteTier:
     def close(self) -> None:
         """Close this tier's connections; the listener stops with the last cache of the
         directory in this process (another process takes over)."""
+        self._fills.flush()
         listener, self._listener = self._listener, None
         self._closed = listener is not None  # used again: a candidate anew (`_check_listener`)
         if listener is not None and listener.pid == os.getpid():
