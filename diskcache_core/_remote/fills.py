@@ -15,15 +15,20 @@ it is. A copy lost (a busy lock, a full disk, a process that ends first) is a sh
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 import weakref
 from typing import Any, Callable, NamedTuple
 
+from .._disk.disk import Disk
+from .._errors import DiskCacheError
 from .._log import REMOTE
+from .._store import schema as sql
+from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.workers import worker_task
 
-__all__ = ["Fill", "Fills", "run_soon"]
+__all__ = ["Fill", "Fills", "run_soon", "write_copies"]
 
 _log = REMOTE
 
@@ -32,6 +37,7 @@ MAX_WAITING = 10_000  # copies waiting per tier at most; past it a new one is dr
 # one handoff of the GIL instead of one per get (a writer woken by each get made the caller
 # wait for the GIL after its Redis answer: ~+50 % on a get, measured).
 GATHER = 0.020
+_WRITE_WAIT = 0.010  # seconds the writer waits for the write lock
 
 
 class Fill(NamedTuple):
@@ -65,6 +71,17 @@ class Fills:
         if len(waiting) < MAX_WAITING:
             waiting[(db_key, raw)] = fill
             _WRITER.notify(self)
+
+    def current(
+        self, db_key: Any, raw: Any, word: int, stamps: memoryview, now: float
+    ) -> Fill | None:
+        """The copy of the key waiting to be written, if its stamp is current and it has not
+        expired (then it may be answered, as a written copy would be)."""
+        fill = self.waiting.get((db_key, raw))
+        if fill is None or fill.word != word or stamps[word] != fill.stamp:
+            return None
+        expires = fill.expires
+        return None if expires is not None and expires <= now else fill
 
     def write_waiting(self) -> None:
         """Write what waits now (in the calling thread), and forget it: written, or dropped."""
@@ -157,6 +174,60 @@ class _Writer:
                     except Exception:  # a shortcut lost; the writer carries on for the others
                         _log.debug("copies of a remote's answers not written", exc_info=True)
                 taken = []
+
+
+def write_copies(
+    store: Store, disk: Disk, stamps: memoryview, batch: dict[tuple[Any, Any], Fill]
+) -> None:
+    """Write waiting copies into `store` in one transaction (`stamps`: the tier's words):
+    those whose stamp changed since are skipped (a later change made them unservable). The
+    write lock is waited for briefly; busy, a full disk, read-only: the batch is dropped
+    (the copies are only a shortcut)."""
+    limit = disk.min_file_size
+    now = time.time()
+    inline_rows: list[tuple[Any, ...]] = []
+    inline_charge = 0
+    file_rows: list[tuple[tuple[Any, ...], str, int]] = []
+    for (db_key, raw), fill in batch.items():
+        if stamps[fill.word] != fill.stamp:
+            continue
+        mode, db_value = fill.mode, fill.db_value
+        inline = len(db_value) if type(db_value) in (bytes, str) else 0
+        if inline >= limit > 0:
+            try:
+                plain = disk.fetch(mode, None, db_value, False)
+                size, mode, filename, db_value = disk.store(plain, False, key=fill.key)
+            except OSError:
+                continue
+            params = (db_key, raw, now, fill.expires, fill.stamp, size, mode, filename,
+                      db_value)
+            if filename is not None:
+                file_rows.append((params, filename, max(size, MIN_WRITE_CHARGE)))
+                continue
+        else:
+            params = (db_key, raw, now, fill.expires, fill.stamp, 0, mode, None, db_value)
+        inline_rows.append(params)
+        inline_charge += max(inline, MIN_WRITE_CHARGE)
+    if not inline_rows and not file_rows:
+        return
+    try:
+        with store.transaction(timeout=_WRITE_WAIT) as state:
+            if inline_rows:  # one call for the batch: the GIL is the caller's meanwhile
+                state.con.executemany(sql.UPSERT, inline_rows)
+                state.txn.charge += inline_charge
+                state.txn.logged += inline_charge
+            for params, filename, charge in file_rows:
+                store.write(sql.UPSERT, params, False, filename, charge)
+    except sqlite3.Error:  # (executemany's own, untranslated): as below
+        _drop_files(store, file_rows)
+    except DiskCacheError:
+        _drop_files(store, file_rows)
+
+
+def _drop_files(store: Store, file_rows: list[tuple[tuple[Any, ...], str, int]]) -> None:
+    """Value files written for copies that were not stored after all."""
+    for _, filename, _ in file_rows:
+        store.forget_new_file(filename)
 
 
 _WRITER = _Writer()

@@ -16,7 +16,6 @@ version words. Operations that cannot be done across hosts raise `RemoteUnsuppor
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from typing import Any, Callable, NoReturn, TypeVar
 
@@ -28,7 +27,7 @@ from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
-from .fills import Fill, Fills, run_soon
+from .fills import Fill, Fills, run_soon, write_copies
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .._settings import REMOTE_DEFAULTS
@@ -162,9 +161,11 @@ class RemoteTier:
         if reads is not None and not reads.tracks_reads:
             reads = None
         if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
-            found = self._waiting_copy(db_key, raw, index, read, now)
-            if found is None:
+            waiting = self._fills.current(db_key, raw, index, self._stamps, now)
+            if waiting is None:
                 found = self._local_copy(db_key, raw, index, read, now)
+            else:  # a copy not yet written
+                found = disk.fetch(waiting.mode, None, waiting.db_value, read), waiting.expires
             if found is not None:
                 self.answered.local += 1
                 if reads is not None:
@@ -194,18 +195,6 @@ class RemoteTier:
             self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
                        item.expire_time, index, stamp)
         return shape(value, item.expire_time, item.tag, expire_time, tag)
-
-    def _waiting_copy(
-        self, db_key: Any, raw: Any, index: int, read: bool, now: float
-    ) -> tuple[Any, float | None] | None:
-        """A copy not yet written (see `Fills`) if its stamp is current: (value, expire_time)."""
-        fill = self._fills.waiting.get((db_key, raw))
-        if fill is None or fill.word != index or self._stamps[index] != fill.stamp:
-            return None
-        expires = fill.expires
-        if expires is not None and expires <= now:
-            return None
-        return self._disk.fetch(fill.mode, None, fill.db_value, read), expires
 
     def _local_copy(
         self, db_key: Any, raw: Any, index: int, read: bool, now: float
@@ -256,56 +245,8 @@ class RemoteTier:
         self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
 
     def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
-        """Write waiting copies into the database in one transaction (the writer thread's):
-        those whose stamp changed since are skipped (a later change made them unservable). The
-        write lock is waited for briefly; busy, a full disk, read-only: the batch is dropped
-        (the copies are only a shortcut)."""
-        disk = self._disk
-        store = self._store
-        stamps = self._stamps
-        limit = disk.min_file_size
-        now = time.time()
-        inline_rows: list[tuple[Any, ...]] = []
-        inline_charge = 0
-        file_rows: list[tuple[tuple[Any, ...], str, int]] = []
-        for (db_key, raw), fill in batch.items():
-            if stamps[fill.word] != fill.stamp:
-                continue
-            mode, db_value = fill.mode, fill.db_value
-            inline = len(db_value) if type(db_value) in (bytes, str) else 0
-            if inline >= limit > 0:
-                try:
-                    plain = disk.fetch(mode, None, db_value, False)
-                    size, mode, filename, db_value = disk.store(plain, False, key=fill.key)
-                except OSError:
-                    continue
-                params = (db_key, raw, now, fill.expires, fill.stamp, size, mode, filename,
-                          db_value)
-                if filename is not None:
-                    file_rows.append((params, filename, max(size, MIN_WRITE_CHARGE)))
-                    continue
-            else:
-                params = (db_key, raw, now, fill.expires, fill.stamp, 0, mode, None, db_value)
-            inline_rows.append(params)
-            inline_charge += max(inline, MIN_WRITE_CHARGE)
-        if not inline_rows and not file_rows:
-            return
-        try:
-            with store.transaction(timeout=_REFRESH_WAIT) as state:
-                if inline_rows:  # one call for the batch: the GIL is the caller's meanwhile
-                    state.con.executemany(sql.UPSERT, inline_rows)
-                    state.txn.charge += inline_charge
-                    state.txn.logged += inline_charge
-                for params, filename, charge in file_rows:
-                    store.write(sql.UPSERT, params, False, filename, charge)
-        except sqlite3.Error:  # (executemany's own, untranslated): as below
-            self._drop_files(file_rows)
-        except DiskCacheError:
-            self._drop_files(file_rows)
-
-    def _drop_files(self, file_rows: list[tuple[tuple[Any, ...], str, int]]) -> None:
-        for _, filename, _ in file_rows:
-            self._store.forget_new_file(filename)
+        """Write waiting copies (the writer thread's; see `write_copies`)."""
+        write_copies(self._store, self._disk, self._stamps, batch)
 
     def flush_fills(self) -> None:
         """Write the copies waiting now (see `Fills`), in the calling thread."""
