@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mix", type=_mix, default=(90, 9, 1), metavar="GET,SET,DELETE",
                      help="percentages of gets, sets and deletes (default 90,9,1)")
     run.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    run.add_argument("--workload", choices=("standard", "webapp"), default="standard",
+                     help="webapp: the tags workload of benchmarks/webapp.py (65/25/10 %% "
+                     "get/set/tag invalidation, several tags per item; rows: "
+                     "core-cache, core-fanout, redis-tags, memcached-versions)")
     run.add_argument("--quick", action="store_true",
                      help="smoke run: processes 1,2, 1000 operations, 100 warmup")
     choice = parser.add_argument_group("backends")
@@ -171,6 +175,28 @@ def _hosts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                       smoke=args.quick)
 
 
+def _webapp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--workload webapp``: see benchmarks/webapp.py."""
+    from . import webapp
+
+    rows = args.backends or list(webapp.ROWS)
+    unknown = sorted(set(rows) - set(webapp.ROWS))
+    if unknown:
+        parser.error(f"webapp rows are {', '.join(webapp.ROWS)}; unknown: {', '.join(unknown)}")
+    defaults = webapp.WebappWorkload()
+    quick = {"operations": 600, "warmup": 100}
+    operations = args.operations or (quick["operations"] if args.quick else defaults.operations)
+    warmup = args.warmup if args.warmup is not None else (
+        quick["warmup"] if args.quick else defaults.warmup)
+    try:
+        workload = webapp.WebappWorkload(operations=operations, warmup=warmup,
+                                         key_range=args.key_range, seed=args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    processes = args.processes or ([2] if args.quick else [4])
+    return webapp.main(rows, processes, workload, args.output, args.scratch, smoke=args.quick)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -180,6 +206,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _list_backends()
     if args.hosts is not None:
         return _hosts(parser, args)
+    if args.workload == "webapp":
+        return _webapp(parser, args)
     try:
         workload = workload_from(args)
         specs = catalog.select(args.backends, django=args.django)

@@ -11,12 +11,30 @@ from typing import Any
 from ._errors import FloatOverflowError
 
 __all__ = [
-    "INT64_MAX", "INT64_MIN", "MAX_TAGS", "MAX_TIMEOUT", "QUEUE_BOUNDS", "QUEUE_START", "SideError",
-    "TextError", "check_bindable", "check_expire", "check_key", "check_seconds", "check_side",
-    "check_tag", "check_tags", "check_text", "check_time", "check_timeout", "expire_at", "key_range", "shape",
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_TAGS",
+    "MAX_TIMEOUT",
+    "QUEUE_BOUNDS",
+    "QUEUE_START",
+    "SideError",
+    "TextError",
+    "check_bindable",
+    "check_expire",
+    "check_key",
+    "check_seconds",
+    "check_side",
+    "check_tag",
+    "check_tags",
+    "check_text",
+    "check_time",
+    "check_timeout",
+    "expire_at",
+    "key_range",
+    "shape",
     "shape_stored",
     "whole_number",
-]  # fmt: skip
+]
 
 _TAG_TYPES = (str, bytes, int, float)
 INT64_MIN = -(2**63)  # the range of an SQLite INTEGER

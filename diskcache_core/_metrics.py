@@ -21,10 +21,21 @@ from dataclasses import dataclass, field, fields
 from typing import NamedTuple, TypeVar
 
 __all__ = [
-    "CacheMetrics", "CommandCounts", "EvictionCounts", "Evictions", "Gets", "HostCounts", "MemoryMetrics",
-    "MemoryStats", "ReadCounts", "RemoteCounts", "RemoteMetrics", "WriteCounts", "Writes",
+    "CacheMetrics",
+    "CommandCounts",
+    "EvictionCounts",
+    "Evictions",
+    "Gets",
+    "HostCounts",
+    "MemoryMetrics",
+    "MemoryStats",
+    "ReadCounts",
+    "RemoteCounts",
+    "RemoteMetrics",
+    "WriteCounts",
+    "Writes",
     "add_counts",
-]  # fmt: skip
+]
 
 
 # --- the counters each tier keeps (mutable, per process) ----------------------------------------
@@ -205,6 +216,22 @@ class RemoteMetrics:
     lease_remaining: float = 0.0
     #: process id of the host's listener, 0 when none has written it
     listener_pid: int = 0
+    #: names of this cache the host's listener heard change in Redis (writes of every host,
+    #: expiry, eviction) and invalidated: a count for the whole host, kept across listener
+    #: restarts (the stamp file's; this process's memory-tier entries found stale are
+    #: ``CacheMetrics.invalidations``)
+    invalidations_received: int = 0
+    #: probes the host's listener timed (a SET of its own at each ping, see below; 0 before
+    #: the first, and on a Redis Cluster, where none is sent)
+    lag_probes: int = 0
+    #: the invalidation lag's median over the listener's last 64 probes (about 16 s): seconds
+    #: from sending a write to Redis to applying its invalidation on this host; None while
+    #: ``lag_probes`` is 0
+    lag_p50: float | None = None
+    #: its 90th percentile
+    lag_p90: float | None = None
+    #: its 99th percentile (a probe unheard for 2 s counts as 2 s)
+    lag_p99: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,14 @@ from ._recipes.ratelimit import Averager, throttle
 from ._recipes.locks import BoundedSemaphore, Lock, RLock, barrier, full_name
 
 __all__ = [
-    "ENOVAL", "Averager", "BoundedSemaphore", "Lock", "RLock", "args_to_key", "barrier", "full_name",
-    "memoize_stampede", "throttle",
-]  # fmt: skip
+    "ENOVAL",
+    "Averager",
+    "BoundedSemaphore",
+    "Lock",
+    "RLock",
+    "args_to_key",
+    "barrier",
+    "full_name",
+    "memoize_stampede",
+    "throttle",
+]

@@ -38,6 +38,7 @@ from benchmarks.servers import HOST, SERVERS, MemcachedServer, RedisServer, Serv
 from benchmarks.report import text_report  # noqa: E402
 from benchmarks.stats import REPORTED, ActionStats, min_samples, percentile, summarize  # noqa: E402
 from benchmarks.workload import ACTIONS, DELETE, GET, SET, Workload, plan_operations  # noqa: E402
+from benchmarks import webapp  # noqa: E402
 
 PERCENTILE_ORDER = ["median", "p90", "p99", "p99.9"]
 
@@ -815,3 +816,78 @@ def test_failed_worker_is_reported_not_hidden(tmp_path: Path) -> None:
     run = runner.run()
     assert run.results == [] and len(run.failed) == 1
     assert run.failed[0]["backend"] == "diskcache-cache" and "exit code" in run.failed[0]["reason"]
+
+
+# --- the tags workload (--workload webapp) -------------------------------------------------------
+
+
+def test_webapp_quick_run_of_ours_has_no_stale_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workload webapp --quick`` on our Cache and FanoutCache, 2 processes: every planned
+    operation is recorded once, the JSON and the text agree, and no get is stale."""
+    output = tmp_path / "out"
+    code = main(["--workload", "webapp", "--quick", "--backends", "core-cache,core-fanout",
+                 "--processes", "2", "--output", str(output), "--scratch", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    data = json.loads((output / "webapp.json").read_text(encoding="utf-8"))
+    assert data["parameters"]["smoke"] is True
+    assert [r["row"] for r in data["results"]] == ["core-cache", "core-fanout"]
+    workload = webapp.WebappWorkload(operations=600, warmup=100)
+    planned = [op for worker in range(2) for op in webapp.plan(workload, worker)[100:]]
+    for result in data["results"]:
+        assert result["stale_reads"] == 0 and result["throughput"] > 0
+        counts = [result["actions"][name]["count"] for name in webapp.ACTIONS]
+        assert counts == [sum(op[0] == code for op in planned) for code in range(3)]
+        assert 0 < result["actions"]["get"]["misses"] < counts[0]  # some hits, some invalidated
+        assert result["actions"]["set"]["misses"] == 0
+    assert (output / "webapp.txt").read_text(encoding="utf-8") == printed
+    assert printed.count("Timings for core-") == 2
+    assert [d.name for d in tmp_path.iterdir()] == ["out"]  # cache directories removed
+
+
+def test_webapp_counts_the_stale_reads_of_an_invalidation_that_does_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stale-read check can fail: our Cache with `evict_tags` replaced by a no-op, one
+    process (deterministic), reads items whose tags it invalidated."""
+    real_open = webapp.open_client
+
+    def broken(row: str, location: str) -> webapp.Client:
+        get, set_, _, close = real_open(row, location)
+        return get, set_, lambda tag: 0, close
+
+    monkeypatch.setattr(webapp, "open_client", broken)
+    import multiprocessing
+
+    workload = webapp.WebappWorkload(operations=600, warmup=100)
+    result = webapp.run_row("core-cache", str(tmp_path / "c"), workload, 1,
+                            multiprocessing.get_context("fork"))
+    assert result.stale_reads > 0
+    monkeypatch.setattr(webapp, "open_client", real_open)
+    result = webapp.run_row("core-cache", str(tmp_path / "d"), workload, 1,
+                            multiprocessing.get_context("fork"))
+    assert result.stale_reads == 0
+
+
+def test_webapp_values_carry_writer_index_and_tags() -> None:
+    value = webapp.encode(3, 417, (5, 0, 49), 200)
+    assert len(value) == 200 and webapp.decode(value) == (3, 417, (5, 0, 49))
+    assert webapp.decode(webapp.encode(-1, 0, (7,), 4)) == (-1, 0, (7,))
+
+
+def test_webapp_redis_and_memcached_rows_run(tmp_path: Path) -> None:
+    """The peers' rows, when their servers are installed: they run and their stale reads are
+    counted (whatever they are)."""
+    rows = [row for row in ("redis-tags", "memcached-versions")
+            if webapp._SERVERS[row].missing_reason() is None]
+    if not rows:
+        pytest.skip("neither redis-server nor memcached is installed")
+    servers_before = child_server_processes()
+    results = webapp.run(rows, [2], webapp.WebappWorkload(operations=300, warmup=50))
+    assert child_server_processes() == servers_before
+    for result in results:
+        assert result.skipped or (result.stale_reads >= 0
+                                  and result.actions["get"].count + result.actions["set"].count
+                                  + result.actions["invalidate"].count == 500)

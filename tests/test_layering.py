@@ -61,7 +61,6 @@ TOP_LEVEL = 'top level'
 KNOWN_BACK_EDGES = {
     ('_settings', '_store.schema'): 'eviction policies move out of the schema module (item 5)',
     ('_remote.listenerprocess', '_cache.cache'): 'the refresher opens a Cache (item 2)',
-    ('_recipes.memo', '_cache.awaitable'): 'memoize uses the awaitable twins\' thread pool',
 }
 
 

@@ -1,7 +1,7 @@
 """Awaitable twins of the cache's data methods: ``await cache.aget(key)`` and friends.
 
 One implementation: each twin runs its synchronous method (``aget`` runs ``get``) with
-`run_sync`, in a small thread pool owned by this module, so a coroutine never blocks the event
+`run_sync`, in the library's small thread pool (`_store.workers`), so a coroutine never blocks the event
 loop on disk I/O or on the database lock, whatever the cache's timeout. Cache and FanoutCache
 get their twins by inheriting `AsyncDataMixin` (Cache also `AsyncCacheMixin`, for the queue
 methods); the Django backend writes its own twins over `run_sync`.
@@ -25,71 +25,17 @@ running in the pool; it completes (or times out) in the background.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
-import os
-import threading
 import warnings
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from .getforms import typed_aget
-from .._store.workers import worker_task
+from .._store.workers import run_sync
 
 __all__ = ["AsyncCacheMixin", "AsyncDataMixin", "SyncData", "SyncQueue", "run_sync"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-# Enough threads for concurrent reads (WAL readers do not wait for each other); writes serialize
-# on the database lock anyway.
-MAX_WORKERS = min(16, (os.cpu_count() or 1) + 4)
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    executor = _executor
-    if executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="diskcache_core-async")
-            executor = _executor
-    return executor
-
-
-def _forget_pool_in_child() -> None:
-    global _executor, _executor_lock
-    _executor = None
-    _executor_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool_in_child)
-
-
-async def run_sync(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run ``func(*args, **kwargs)`` in the module's thread pool and await its result.
-
-    The caller's context variables are visible to `func`, as with ``asyncio.to_thread``.
-    """
-    return await start_sync(func, *args, **kwargs)
-
-
-def start_sync(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[R]:
-    """`run_sync`'s call, started: the future of its result (to be shielded from a cancel)."""
-    loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, _as_worker_task, func, *args, **kwargs)
-    return loop.run_in_executor(_pool(), call)
-
-
-def _as_worker_task(func: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
-    with worker_task():  # close() elsewhere leaves this thread's connections alone meanwhile
-        return func(*args, **kwargs)
 
 
 class SyncData(Protocol):

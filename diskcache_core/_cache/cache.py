@@ -146,16 +146,18 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         if tags:
             return self._get_tagged(key, default, read, expire_time, tag, retry, store_time)
         memory = self._memory
-        refill = False  # whether to ask MemoryTier.begin_fill
-        if memory is not None and not read:
-            if not (expire_time or tag or store_time):
-                found = memory.hit(key, default)  # the tier's hit path (built by the tier)
-                if found is not MISS:
-                    if found is not FILL:
-                        return found
-                    refill = True
+        if memory is None:
+            refill = False  # whether to ask MemoryTier.begin_fill
+        elif not (read or expire_time or tag or store_time):
+            found = memory.hit(key, default)  # the tier's hit path (built by the tier)
+            if found is FILL:
+                refill = True
+            elif found is MISS:
+                refill = False
             else:
-                refill = memory.fills_unanswered()
+                return found
+        else:
+            refill = not read and memory.fills_unanswered()
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
         db_key: Any

@@ -3,11 +3,13 @@
 Each part counts its own events (see _metrics.py); here they are read, not changed, and put
 together with the host-wide counts the database keeps. A FanoutCache's snapshot is the sum of
 its shards' (every count adds up; the remote's reconnects are per URL, so the largest is taken,
-and its lease is valid only while every shard's is).
+and its lease is valid only while every shard's is; the listener's lag is the same in every
+shard's stamp file, and its invalidations received add up).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._metrics import (
@@ -16,6 +18,7 @@ from .._metrics import (
 from .._store import schema as sql
 
 if TYPE_CHECKING:
+    from .._remote.stamps import RemoteWords
     from .._remote.tier import RemoteTier
     from .base import CacheBase
 
@@ -59,7 +62,20 @@ def cache_metrics(cache: CacheBase) -> CacheMetrics:
         writes=Writes(writes.lock_waits, writes.give_ups),
         memory=_memory_now(memory),
         host=_host_counts(cache),
-        remote=remote.metrics() if remote is not None else None,
+        remote=_remote_now(remote) if remote is not None else None,
+    )
+
+
+def _remote_now(remote: RemoteTier) -> RemoteMetrics:
+    """The remote tier's own counts, and the listener's report read from the stamp file
+    (its mapping: no system call) that this cache shares with the host's listener."""
+    words: RemoteWords = remote._words
+    heard = words.heard_state()
+    lag: dict[str, Any] = {}
+    if heard.probes:
+        lag = {"lag_p50": heard.p50, "lag_p90": heard.p90, "lag_p99": heard.p99}
+    return replace(
+        remote.metrics(), invalidations_received=heard.names, lag_probes=heard.probes, **lag
     )
 
 
@@ -93,6 +109,10 @@ def combined_metrics(parts: list[CacheMetrics]) -> CacheMetrics:
             lease_valid=all(item.lease_valid for item in remotes),
             lease_remaining=min(item.lease_remaining for item in remotes),
             listener_pid=remotes[0].listener_pid,
+            invalidations_received=sum(item.invalidations_received for item in remotes),
+            # (one listener serves every shard: the same probes in each shard's file)
+            lag_probes=remotes[0].lag_probes, lag_p50=remotes[0].lag_p50,
+            lag_p90=remotes[0].lag_p90, lag_p99=remotes[0].lag_p99,
         )
     return CacheMetrics(
         gets=add_counts([part.gets for part in parts]),

@@ -18,8 +18,8 @@ from .._disk.disk import DELETE, ENOVAL, KEEP
 from .._errors import RemoteUnsupportedError
 from .base import CacheBase
 from .counters import check_delta
-from .getforms import typed_get
 from .tags import check_evict_tags
+from .getforms import typed_get
 
 if TYPE_CHECKING:
     from .._remote.tier import RemoteTier
@@ -100,11 +100,11 @@ class RemoteItems(CacheBase):
         tags: bool = False,
     ) -> Any:
         """Return the value for `key`, or `default` (see `Cache.get`): a copy of this host while
-        it is known current, else Redis's. No ``store_time`` (Redis keeps none), no ``tags``."""
-        if tags:
-            raise RemoteUnsupportedError("get(tags=True) on a cache with a remote")
+        it is known current, else Redis's. No ``store_time`` (Redis keeps none)."""
         if store_time:
             raise RemoteUnsupportedError("get(store_time=True) on a cache with a remote")
+        if tags:  # (from Redis, with the item: see `RemoteTier.get_tagged`)
+            return self._remote.get_tagged(key, default, read, expire_time, tag)
         return self._remote.get(key, default, read, expire_time, tag)
 
     def __contains__(self, key: Any) -> bool:
@@ -117,13 +117,12 @@ class RemoteItems(CacheBase):
         self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any, retry: bool,
         tags: Any = None,
     ) -> bool:
-        """set and add: Redis first, then this host's stamp (see `RemoteTier.store_item`). One
-        tag only: ``tags=`` raises RemoteUnsupportedError (checked first, as locally)."""
-        if tags is not None:
+        """set and add: Redis first, the item and its tags in one script, then this host's
+        stamp (see `RemoteTier.store_item`)."""
+        extras: tuple[Any, ...] = ()
+        if tags is not None:  # (checked first: nothing is stored with a bad tag)
             tag, extras = check_tags(tag, tags)
-            if extras:
-                raise RemoteUnsupportedError("tags= on a cache with a remote")
-        return self._remote.store_item(statement, key, value, expire, read, tag)
+        return self._remote.store_item(statement, key, value, expire, read, tag, extras)
 
     def touch(self, key: Any, expire: float | None = None, retry: bool = False) -> bool:
         """Set a new expiry for `key`; True when the item was present."""
@@ -186,13 +185,13 @@ class RemoteItems(CacheBase):
     # --- whole cache ----------------------------------------------------------------------------
 
     def evict(self, tag: Any, retry: bool = False) -> int:
-        """Remove every item with `tag` from Redis; return how many."""
+        """Remove every item carrying `tag` among its tags from Redis; return how many."""
         return self._remote.evict(tag)
 
     def evict_tags(self, tags: Iterable[Any], retry: bool = False) -> int:
-        """Not with a remote: RemoteUnsupportedError (after the tags are checked)."""
-        check_evict_tags(tags)
-        raise RemoteUnsupportedError("evict_tags() on a cache with a remote")
+        """Remove every item carrying any of `tags` from Redis, for every host, atomically (on
+        a Redis Cluster: per slot); return how many."""
+        return self._remote.evict_tags(check_evict_tags(tags))
 
     def clear(self, retry: bool = False) -> int:
         """Remove every item under the prefix from Redis; return how many (this host's copies
@@ -237,7 +236,8 @@ class RemoteItems(CacheBase):
         self._unsupported("peekitem()")
 
     def iterkeys(self, reverse: bool = False, *, tag: Any = ENOVAL) -> Iterator[Any]:
-        """Not with a remote: RemoteUnsupportedError."""
+        """Not with a remote, with or without `tag` (a tag's set in Redis has no insertion
+        order, and iteration over the remote's items is not offered): RemoteUnsupportedError."""
         self._unsupported("iterkeys()")
 
     def __iter__(self) -> Iterator[Any]:

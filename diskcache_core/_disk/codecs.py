@@ -13,9 +13,13 @@ from typing import Any, Callable, cast
 from .._errors import DiskCacheError
 
 __all__ = [
-    "CODEC_FACTORIES", "CODEC_NAMES_BY_ID", "COMPRESS_LEVELS", "Codec", "check_compress_level",
+    "CODEC_FACTORIES",
+    "CODEC_NAMES_BY_ID",
+    "COMPRESS_LEVELS",
+    "Codec",
+    "check_compress_level",
     "codec_named",
-]  # fmt: skip
+]
 
 
 class Codec:

@@ -16,8 +16,13 @@ from .disk import Disk, check_disk_class
 from .safedisk import SafeDisk
 
 __all__ = [
-    "ENV_DISK", "ENV_SAFE_MODULES", "ENV_SAFE_TYPES", "configure", "default_disk", "disk_type",
-]  # fmt: skip
+    "ENV_DISK",
+    "ENV_SAFE_MODULES",
+    "ENV_SAFE_TYPES",
+    "configure",
+    "default_disk",
+    "disk_type",
+]
 
 ENV_DISK = "DISKCACHE_DISK"
 ENV_SAFE_TYPES = "DISKCACHE_SAFE_TYPES"

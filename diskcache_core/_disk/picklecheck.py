@@ -236,6 +236,9 @@ def _string_at(data: bytes, pos: int) -> str:
     return data[start : start + size].decode("utf-8", "surrogatepass")
 
 
+# One function, over 100 lines, by design: a single pass over the opcodes that follows the stack
+# and the memo symbolically; each opcode's case reads and changes that shared state, so split
+# into functions it would pass the state to and fro per opcode, slower and harder to audit.
 def check_pickle(data: bytes, table: dict[tuple[str, str], Global]) -> None:
     """Refuse pickle `data` unless every global in it is allowed and is only ever called.
 

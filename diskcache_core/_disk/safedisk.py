@@ -142,10 +142,13 @@ class SafeDisk(Disk):
             if any(_within(prefix, (unsafe,)) or _within(unsafe, (prefix,)) for unsafe in UNSAFE_MODULES):
                 raise ValueError(f"with_types refuses the module {name!r}")
             prefixes.append(prefix)
-        return derive(cls, {
-            "safe_types": cls.safe_types | frozenset(types),
-            "safe_modules": tuple(dict.fromkeys((*cls.safe_modules, *prefixes))),
-        })  # fmt: skip
+        return derive(
+            cls,
+            {
+                "safe_types": cls.safe_types | frozenset(types),
+                "safe_modules": tuple(dict.fromkeys((*cls.safe_modules, *prefixes))),
+            },
+        )
 
     def _dumps(self, obj: Any, what: str = "value") -> bytes:
         """Pickle `obj`, refusing with TypeError (before anything is written) what `_loads`

@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from .._arguments import check_expire, check_tag, check_tags
-from .._cache.awaitable import start_sync
+from .._store.workers import start_sync
 from .._disk.disk import ENOVAL
 from .._errors import FloatOverflowError, RemoteOutcomeUnknownError, Timeout
 from .memokeys import check_ignore, encode_value, make_key, quote_text, with_positions

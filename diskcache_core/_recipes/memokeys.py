@@ -18,9 +18,14 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 __all__ = [
-    "args_to_key", "check_ignore", "encode_typed", "encode_value", "make_key", "quote_text",
+    "args_to_key",
+    "check_ignore",
+    "encode_typed",
+    "encode_value",
+    "make_key",
+    "quote_text",
     "with_positions",
-]  # fmt: skip
+]
 
 _PICKLE_PROTOCOL = 4  # fixed, not the interpreter's default: keys must not change with Python
 
@@ -181,9 +186,10 @@ def with_positions(func: Any, ignore: frozenset[Any]) -> frozenset[Any]:
         return ignore
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     positions = {
-        index for index, parameter in enumerate(parameters)
+        index
+        for index, parameter in enumerate(parameters)
         if parameter.kind in positional and parameter.name in names
-    }  # fmt: skip
+    }
     return ignore | positions
 
 

@@ -29,32 +29,15 @@ from .._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableE
 from .._log import REMOTE as _LOG
 from .._log import outage_for
 from .._metrics import CommandCounts
-from .form import expiry_header, tag_fields
+from . import tagged
+from .form import canonical_tag, decode_tag, encode_tag, expiry_header, tag_fields
+from .tagged import TagNames
 from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
-__all__ = ["RemoteStore"]
+__all__ = ["RemoteStore", "pxat"]
 
 _T = TypeVar("_T")
 
-# Compare-and-set: replace (or, with ARGV[5] = '1', delete) the value only if it is still the
-# one read (ARGV[2] = '1': it was absent).
-_CAS = """
-local current = redis.call('GET', KEYS[1])
-if (current or '') ~= ARGV[1] or (current == false) ~= (ARGV[2] == '1') then return 0 end
-if ARGV[5] == '1' then redis.call('DEL', KEYS[1])
-elseif ARGV[4] == '' then redis.call('SET', KEYS[1], ARGV[3])
-else redis.call('SET', KEYS[1], ARGV[3], 'PXAT', ARGV[4]) end
-return 1
-"""
-# New expiry: the header's expiry bytes (offset 3, 8 bytes) and the key's TTL, if it exists.
-_TOUCH = """
-local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-local updated = string.sub(current, 1, 3) .. ARGV[1] .. string.sub(current, 12)
-if ARGV[2] == '' then redis.call('SET', KEYS[1], updated)
-else redis.call('SET', KEYS[1], updated, 'PXAT', ARGV[2]) end
-return 1
-"""
 # Delete the item if its tag field (length and bytes, from offset 11) is one of ARGV[2...]
 # (`tag_fields`: the spellings of one tag), ARGV[1] bytes at most.
 _EVICT_TAG = """
@@ -95,7 +78,7 @@ def _without_option(url: str, option: str) -> tuple[str, list[str]]:
     return plain, values
 
 
-def _pxat(expire_time: float | None) -> int | None:
+def pxat(expire_time: float | None) -> int | None:
     """Redis's PXAT for an expire time; None (no TTL) past what it holds.
 
     Redis keeps an item while its clock in whole milliseconds is at most PXAT, and a host takes
@@ -136,9 +119,13 @@ class RemoteStore:
             raise ValueError(f"remote URL {url!r}: {exc}") from None
         except _REDIS_ERRORS as exc:  # a cluster client connects at once
             raise _translated(exc, url) from exc
-        self._cas = self.client.register_script(_CAS)
-        self._touch = self.client.register_script(_TOUCH)
         self._evict_tag = self.client.register_script(_EVICT_TAG)
+        self.tag_names = TagNames(prefix, self.cluster)
+        self._write = self.client.register_script(tagged.WRITE)
+        self._remove = self.client.register_script(tagged.REMOVE)
+        self._touch = self.client.register_script(tagged.TOUCH)
+        self._read = self.client.register_script(tagged.READ)
+        self._evict = self.client.register_script(tagged.EVICT)
 
     @property
     def reconnects(self) -> int:
@@ -197,54 +184,99 @@ class RemoteStore:
             self._outage.recovered()
         return found
 
-    def set(self, name: bytes, data: bytes, expire_time: float | None, only_new: bool) -> bool:
-        """SET (NX for add), with the expiry as Redis's own absolute TTL."""
-        args: tuple[Any, ...] = ("SET", name, data)
-        pxat = _pxat(expire_time)
-        if pxat is not None:
-            args += ("PXAT", pxat)
-        if only_new:
-            args += ("NX",)
-        self.sent.commands += 1
-        try:
-            stored = bool(self.client.execute_command(*args))
-        except _REDIS_ERRORS as exc:
-            self.sent.errors += 1
-            raise _translated(exc, self.url, "add" if only_new else "set") from exc
-        if self._outage.down_since:
-            self._outage.recovered()
-        return stored
+    # Every write of an item is one script that also keeps its tags (`_remote.tagged`); the
+    # methods take the item's name without the prefix.
 
-    def delete(self, name: bytes) -> bool:
-        self.sent.commands += 1
-        try:
-            removed = bool(self.client.execute_command("DEL", name))
-        except _REDIS_ERRORS as exc:
-            self.sent.errors += 1
-            raise _translated(exc, self.url, "delete") from exc
-        if self._outage.down_since:
-            self._outage.recovered()
-        return removed
-
-    def pop(self, name: bytes) -> bytes | None:
-        return self.call(lambda: self.client.getdel(name), "pop")  # type: ignore[no-any-return]
-
-    def touch(self, name: bytes, expire_time: float | None) -> bool:
-        pxat = _pxat(expire_time)
-        args = [expiry_header(expire_time), b"" if pxat is None else str(pxat).encode()]
-        return bool(self.call(lambda: self._touch(keys=[name], args=args), "touch"))
+    def set(
+        self, name: bytes, data: bytes, expire_time: float | None, only_new: bool,
+        tags: tuple[Any, ...] = (),
+    ) -> bool:
+        """Store item `name` (only if absent: `only_new`), its expiry as Redis's own absolute
+        TTL; its tags become `tags` (checked, the first tag included)."""
+        return self._written_item(
+            name, b"a" if only_new else b"s", data, expire_time, tags, "add" if only_new else "set"
+        )
 
     def compare_and_set(
-        self, name: bytes, old: bytes | None, new: bytes | None, expire_time: float | None
+        self, name: bytes, old: bytes | None, new: bytes | None, expire_time: float | None,
+        tags: tuple[Any, ...] | None = None,
     ) -> bool:
         """Store `new` (None: delete the item) only if the item's stored form is still `old`
-        (None: still absent)."""
-        pxat = _pxat(expire_time)
+        (None: still absent). `tags`: its new tags; None: they stay."""
+        return self._written_item(
+            name, b"c", new or b"", expire_time, tags, "compare-and-set", old, new is None
+        )
+
+    def _written_item(
+        self, name: bytes, kind: bytes, data: bytes, expire_time: float | None,
+        tags: tuple[Any, ...] | None, what: str, old: bytes | None = None, delete: bool = False,
+    ) -> bool:
+        names = self.tag_names
+        home, keys = names.item_keys(name)
+        given: list[bytes] = []
+        if tags is not None:
+            canonicals = [canonical_tag(tag) for tag in tags]
+            keys += [names.tag_set(home, canonical) for canonical in canonicals]
+            given = [encode_tag(tag) for tag in tags]
+            if canonicals and self.cluster:  # the registries first: they over-approximate
+                self.call(lambda: self._each(
+                    [names.registry(canonical) for canonical in canonicals],
+                    lambda pipe, registry: pipe.sadd(registry, home),
+                ), what, many=True)
+        when = pxat(expire_time)
         args = [
-            old or b"", b"1" if old is None else b"0", new or b"",
-            b"" if pxat is None else str(pxat), b"1" if new is None else b"0",
+            name, kind, data, b"" if when is None else b"%d" % when, old or b"",
+            b"1" if old is None else b"0", b"1" if delete else b"0",
+            b"0" if tags is None else b"1", *given,
         ]
-        return bool(self.call(lambda: self._cas(keys=[name], args=args), "compare-and-set"))
+        return bool(self.call(lambda: self._write(keys=keys, args=args), what))
+
+    def delete(self, name: bytes) -> bool:
+        """Remove item `name` and its tag memberships; True when it was there."""
+        _, keys = self.tag_names.item_keys(name)
+        return bool(self.call(lambda: self._remove(keys=keys, args=[name, b"0"]), "delete"))
+
+    def pop(self, name: bytes) -> bytes | None:
+        """Remove item `name` and its tag memberships; its stored form (None: absent)."""
+        _, keys = self.tag_names.item_keys(name)
+        return self.call(  # type: ignore[no-any-return]
+            lambda: self._remove(keys=keys, args=[name, b"1"]), "pop"
+        )
+
+    def touch(self, name: bytes, expire_time: float | None) -> bool:
+        """A new expire time for item `name` (and its tag hash); True when it was present."""
+        _, keys = self.tag_names.item_keys(name)
+        when = pxat(expire_time)
+        args = [expiry_header(expire_time), b"" if when is None else b"%d" % when]
+        return bool(self.call(lambda: self._touch(keys=keys, args=args), "touch"))
+
+    def get_tagged(self, name: bytes) -> tuple[bytes | None, frozenset[Any]]:
+        """Item `name`'s stored form (None: absent) and the tags its tag hash holds, at once."""
+        _, keys = self.tag_names.item_keys(name)
+        data, given = self.call(lambda: self._read(keys=keys, args=[]))
+        return (data or None), frozenset(decode_tag(spelling) for spelling in given)
+
+    def evict_tags(self, tags: tuple[Any, ...]) -> list[bytes]:
+        """Remove every item carrying any of `tags` (checked, not None) and its memberships:
+        one script on one server; on a cluster, one per home the tags' registries list (a
+        transaction per slot). The names removed (without the prefix)."""
+        names = self.tag_names
+        canonicals = list(dict.fromkeys(canonical_tag(tag) for tag in tags))
+        by_home: dict[bytes, list[bytes]] = {}
+        if self.cluster:
+            registries = [names.registry(canonical) for canonical in canonicals]
+            found = self.call(lambda: self._each(registries, lambda pipe, r: pipe.smembers(r)))
+            for canonical, homes in zip(canonicals, found):
+                for home in sorted(homes):
+                    by_home.setdefault(home, []).append(canonical)
+        elif canonicals:
+            by_home[tagged.SINGLE_HOME] = canonicals
+        removed: list[bytes] = []
+        for home, spelled in by_home.items():
+            keys = [names.tag_set(home, canonical) for canonical in spelled]
+            args = [self.prefix, names.hash_prefix(home)]
+            removed += self.call(lambda: self._evict(keys=keys, args=args), "evict")
+        return removed
 
     # --- whole prefix -------------------------------------------------------------------------
 
@@ -283,13 +315,43 @@ class RemoteStore:
             raise type(exc)(total, f"{exc} ({total} removed before)") from exc
 
     def delete_names(self, names: list[bytes]) -> int:
+        """Remove the items of `names` (Redis names, as `names` yields them) each with its tag
+        memberships (one script per item, pipelined); how many were there. The pipeline sends
+        EVALSHA itself (redis-py's would first ask whether the script is loaded, a round trip
+        before anything of the batch is sent); the items of a node without the script are
+        sent again once it is loaded."""
         if not names:
             return 0
-        if self.cluster:  # multi-key commands must stay within one slot: one DEL per key
-            return sum(self.call(
-                lambda: self._each(names, lambda pipe, name: pipe.delete(name)), "clear", many=True
-            ))
-        return int(self.call(lambda: self.client.delete(*names), "clear"))
+        start = len(self.prefix)
+        item_keys = self.tag_names.item_keys
+        sha = self._remove.sha
+
+        def run(batch: list[bytes]) -> tuple[int, list[bytes]]:
+            pipe = self.client.pipeline(transaction=False)
+            for full in batch:
+                name = full[start:]
+                pipe.execute_command("EVALSHA", sha, 2, *item_keys(name)[1], name, b"0")
+            removed, missing = 0, []
+            for full, result in zip(batch, pipe.execute(raise_on_error=False)):
+                if isinstance(result, redis.exceptions.NoScriptError):
+                    missing.append(full)
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    removed += int(result)
+            return removed, missing
+
+        removed, missing = self.call(lambda: run(names), "clear", many=True)
+        if missing:  # (a restarted or promoted node: its script cache is empty)
+            self.call(lambda: self.client.script_load(tagged.REMOVE))
+            again, missing = self.call(lambda: run(missing), "clear", many=True)
+            removed += again
+            if missing:
+                raise RemoteError(
+                    f"remote {safe_url(self.url)}: the removal script was not kept ({removed}"
+                    " removed before)"
+                )
+        return removed
 
     def evict_tag(self, names: list[bytes], tag: Any) -> int:
         fields = tag_fields(tag)

@@ -20,8 +20,8 @@ from .._disk.disk import MODE_BINARY, MODE_PICKLE, MODE_RAW, Disk
 from .._errors import RemoteError
 
 __all__ = [
-    "Item", "decode_item", "decode_key", "encode_item", "encode_key", "expiry_header",
-    "serialized", "stamp_hash", "tag_fields",
+    "Item", "canonical_tag", "decode_item", "decode_key", "decode_tag", "encode_item",
+    "encode_key", "encode_tag", "expiry_header", "serialized", "stamp_hash", "tag_fields",
 ]
 
 _FORMAT = 1
@@ -81,7 +81,8 @@ def decode_key(name: bytes) -> tuple[Any, bool] | None:
     return None
 
 
-def _encode_tag(tag: Any) -> bytes:
+def encode_tag(tag: Any) -> bytes:
+    """A tag's stored spelling: a type mark, then the tag (empty for None)."""
     if tag is None:
         return b""
     kind = type(tag)
@@ -98,7 +99,8 @@ def _encode_tag(tag: Any) -> bytes:
     raise TypeError(f"a tag must be str, bytes, int or float, not {kind.__name__}")
 
 
-def _decode_tag(data: bytes) -> Any:
+def decode_tag(data: bytes) -> Any:
+    """A tag from its stored spelling (`encode_tag`; empty: None)."""
     if not data:
         return None
     mark, body = data[:1], data[1:]
@@ -117,20 +119,31 @@ def tag_fields(tag: Any) -> list[bytes]:
     so ``1``, ``1.0`` and ``True`` (stored as 1) are one tag, and ``0.0`` and ``-0.0`` are ``0``.
     A stored tag keeps its own spelling (``get(tag=True)`` returns it as it was set, as SQLite
     does); only the comparison takes them all."""
-    spellings = [_encode_tag(tag)]
+    spellings = [encode_tag(tag)]
     kind = type(tag)
     if kind is int or kind is bool:
         number = float(tag)  # exact for the tags a float equals; int64 tags never overflow
         if number == tag:
-            spellings.append(_encode_tag(number))
+            spellings.append(encode_tag(number))
             if not number:
-                spellings.append(_encode_tag(-0.0))
+                spellings.append(encode_tag(-0.0))
     elif kind is float and tag.is_integer():
         if -_INT64 <= tag < _INT64:
-            spellings.append(_encode_tag(int(tag)))
+            spellings.append(encode_tag(int(tag)))
         if not tag:
-            spellings.append(_encode_tag(-tag))
+            spellings.append(encode_tag(-tag))
     return [struct.pack(">H", len(data)) + data for data in dict.fromkeys(spellings)]
+
+
+def canonical_tag(tag: Any) -> bytes:
+    """One spelling for all the tags SQLite finds equal to `tag` (a checked tag, not None):
+    ``1``, ``1.0`` and ``True`` are ``i1``, ``0.0`` and ``-0.0`` are ``i0`` (see `tag_fields`).
+    It names the tag's set of items in Redis."""
+    if type(tag) is float and tag.is_integer() and -_INT64 <= tag < _INT64:
+        return encode_tag(int(tag))
+    if type(tag) is bool:
+        return encode_tag(int(tag))
+    return encode_tag(tag)
 
 
 def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -> bytes:
@@ -146,7 +159,7 @@ def encode_item(mode: int, db_value: Any, expire_time: float | None, tag: Any) -
         mark, body = b"f", repr(db_value).encode()
     else:
         raise TypeError(f"cannot store a column value of type {kind.__name__} remotely")
-    tag_data = _encode_tag(tag)
+    tag_data = encode_tag(tag)
     header = _HEADER.pack(
         _FORMAT, mode, mark[0], _NO_EXPIRY if expire_time is None else expire_time, len(tag_data)
     )
@@ -162,7 +175,7 @@ def decode_item(data: bytes) -> Item:
     if version != _FORMAT:
         raise RemoteError(f"a remote value of unknown format {version}")
     start = _HEADER.size + tag_length
-    tag = _decode_tag(data[_HEADER.size:start])
+    tag = decode_tag(data[_HEADER.size:start])
     body = data[start:]
     db_value: Any
     if mark == 98:  # b

@@ -50,6 +50,7 @@ from .listenerlog import ChildLog
 from .._log import LISTENER as _LOG
 from .._log import Outage, RateLimit
 from .client import RemoteStore
+from .lagprobe import LagProbe
 from .._errors import DiskCacheError
 from .stamps import LEASE, LOCK_FILE, Member, StampSet
 from .topology import Address, Topology
@@ -120,10 +121,6 @@ class _Node:
     def socket(self) -> Any:
         return self.subscriber._sock
 
-    def ping(self) -> None:
-        self.tracker.send_command("PING")
-        self.tracker.read_response()
-
     def close(self) -> None:
         for connection in (self.subscriber, self.tracker):
             try:
@@ -158,6 +155,7 @@ class Listener:
         # bumped: the refresher (_remote/listenerprocess.py) renews the host's copies of them.
         self._changed = changed
         self._names: list[bytes] = []
+        self._probe = LagProbe(words)  # the invalidation lag, timed at each ping
         self._known: list[Address] = list(nodes or [])  # asked for the topology first
         # Cluster nodes worth listening on that did not answer: when to try again, and the
         # wait after that (doubling), so that an unreachable replica does not make the
@@ -329,8 +327,8 @@ class Listener:
                 if self._remote.cluster:
                     self._check(nodes)  # may start over: see _check
                 else:
-                    for node in nodes:
-                        node.ping()
+                    for node in nodes:  # (one: the server)
+                        self._probe.ping(node.tracker)
                 healthy = pinged = time.time()
             words.set_lease(min(now + LEASE, healthy + self._max_staleness))
             if handled:
@@ -349,6 +347,8 @@ class Listener:
             words.renew_all()
             return
         for name in names:
+            if self._probe.heard(name):
+                continue
             if words.heard(name):
                 self._names.append(name)
 
@@ -375,7 +375,7 @@ class _LeaseWatch:
     def check(self) -> None:
         """Look at the lease once (every few tens of milliseconds, from the supervisor)."""
         now = time.monotonic()
-        if self._words.lease_valid():
+        if self._words.lease_valid_checked():
             if not self._granted:
                 self._granted = True
                 if self._slow:

@@ -17,6 +17,12 @@ every process of the directory, holds one 64-bit stamp per bucket of Redis names
   was set back since it was renewed) is not valid either: a listener that died just before the
   clock went back cannot vouch for the time the clock repeats.
 
+The header's words 4-6 are the listener's report for `Cache.metrics` (`heard_state`), written by
+the one listener only and read by any process from the mapping (no system call): the count of
+names it heard change (word 4, kept across listener restarts), its invalidation lag's
+percentiles over its last probes (word 5, three 21-bit microsecond counts packed into one store
+so that a reader never sees them torn), and the probes it timed (word 6).
+
 Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory/tier.py.
 
 The file may be shrunk or replaced by hand while mapped (see _store/mapwatch.py). Its stores
@@ -29,6 +35,7 @@ file, every stamp renewed (`check_mapping`); its users are told (`on_remap`).
 from __future__ import annotations
 
 import errno
+import math
 import mmap
 import os
 import random
@@ -36,14 +43,17 @@ import stat
 import struct
 import time
 import zlib
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .._errors import DatabaseError, storage_error
 from .._log import lost_file
 from .._store.mapwatch import watch
 from .form import stamp_hash
 
-__all__ = ["LEASE", "LEASE_AHEAD", "LOCK_FILE", "Member", "RemoteWords", "REMOTE_FILE", "StampSet"]
+__all__ = [
+    "LEASE", "LEASE_AHEAD", "LOCK_FILE", "LAG_MAX", "Heard", "Member", "PROBE_MARK", "RemoteWords",
+    "REMOTE_FILE", "StampSet", "pack_lag",
+]
 
 REMOTE_FILE = "cache.db-remote"
 # The listener election's lock (_remote/listener.py): whoever holds its flock runs the listener.
@@ -51,12 +61,49 @@ LOCK_FILE = "cache.db-remote.lock"
 BUCKETS = 1 << 16
 _MASK = BUCKETS - 1
 _MAGIC = 0x31524D5243434B44  # "DKCCRMR1"
-_HEADER_WORDS = 8  # magic, lease (double), listener pid, prefix, reserved
+_HEADER_WORDS = 8  # magic, lease (double), listener pid, prefix, heard, lag, probes, reserved
+_HEARD, _LAG, _PROBES = 4, 5, 6
+# After a prefix, the mark of the listener's lag probes (_remote/lagprobe.py): no cache key's.
+PROBE_MARK = b"~probe/"
+_LAG_BITS = 21
+_LAG_UNIT = 1e-6  # seconds per unit of a packed lag
+LAG_MAX = ((1 << _LAG_BITS) - 1) * _LAG_UNIT  # (about 2.1 s) a longer lag is reported as this
 _SIZE = 8 * (_HEADER_WORDS + BUCKETS)
 LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
 LEASE_AHEAD = 2 * LEASE  # the furthest ahead a valid lease is (LEASE, and room for rounding)
 
 _random = random.Random(os.urandom(32))
+
+
+class Heard(NamedTuple):
+    """The listener's report (see the module docstring): for `RemoteMetrics`."""
+
+    #: names under this cache's prefix the directory's listener heard change and invalidated
+    names: int
+    #: probes whose invalidation it timed (0: no lag measured yet)
+    probes: int
+    #: the lag's 50th, 90th and 99th percentiles over its recent probes, in seconds
+    p50: float
+    p90: float
+    p99: float
+
+
+def pack_lag(p50: float, p90: float, p99: float) -> int:
+    """Three lags (seconds) as one word: microseconds, at least 1, at most `LAG_MAX`, each."""
+    packed = 0
+    for seconds in (p99, p90, p50):
+        units = min(max(1, math.ceil(seconds / _LAG_UNIT)), (1 << _LAG_BITS) - 1)
+        packed = (packed << _LAG_BITS) | units
+    return packed
+
+
+def _unpack_lag(packed: int) -> tuple[float, float, float]:
+    mask = (1 << _LAG_BITS) - 1
+    return (
+        (packed & mask) * _LAG_UNIT,
+        ((packed >> _LAG_BITS) & mask) * _LAG_UNIT,
+        ((packed >> 2 * _LAG_BITS) & mask) * _LAG_UNIT,
+    )
 
 
 class RemoteWords:
@@ -184,6 +231,13 @@ class RemoteWords:
     def lease_valid(self) -> bool:
         return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
 
+    def lease_valid_checked(self) -> bool:
+        """`lease_valid` for a background thread that looks often and unprompted: the file's
+        size is checked first (one fstat), so a truncated file is switched to private words
+        instead of being read (a load past its end is SIGBUS). A get's hit stays unchecked."""
+        self._guard()
+        return self.lease_valid()
+
     def lease_state(self) -> tuple[bool, float, int]:
         """For metrics: whether the lease is valid now, the seconds it is still good for (0.0
         once lapsed), and the listener's pid (0: none has written it; all three when closed)."""
@@ -197,6 +251,30 @@ class RemoteWords:
     def set_lease(self, until: float) -> None:
         self._guard()
         self.lease[0] = until
+
+    def heard_state(self) -> Heard:
+        """The listener's report, read from the mapping (all zeros when closed)."""
+        try:
+            names, packed, probes = (int(self.words[_HEARD]), int(self.words[_LAG]),
+                                     int(self.words[_PROBES]))  # fmt: skip
+        except ValueError:  # closed: its views are released
+            return Heard(0, 0, 0.0, 0.0, 0.0)
+        if not probes:
+            return Heard(names, 0, 0.0, 0.0, 0.0)
+        return Heard(names, probes, *_unpack_lag(packed))
+
+    def heard(self, index: int) -> None:
+        """(The listener) A name of bucket `index` changed: `bump` it, and count the name."""
+        self._guard()
+        words = self.words
+        words[index] = _random.getrandbits(63) | 1
+        words[_HEARD] = (words[_HEARD] + 1) & 0xFFFFFFFFFFFFFFFF
+
+    def set_lag(self, packed: int, probes: int) -> None:
+        """(The listener) its lag percentiles (`pack_lag`), then the count of probes timed."""
+        self._guard()
+        self.words[_LAG] = packed
+        self.words[_PROBES] = probes
 
     def set_listener(self, pid: int) -> None:
         self._guard()
@@ -246,12 +324,20 @@ class StampSet:
 
     def heard(self, name: bytes) -> bool:
         """A change of the Redis name `name` (prefix included) was heard: bump its bucket's
-        stamp in its cache's file. False when `name` is no member's."""
+        stamp in its cache's file, and count it. False when `name` is no member's, or a lag
+        probe's (_remote/lagprobe.py)."""
         for prefix, words in self._members:
             if name.startswith(prefix):
-                words.bump(words.index(stamp_hash(name[len(prefix):])))
+                if name.startswith(PROBE_MARK, len(prefix)):
+                    return False
+                words.heard(words.index(stamp_hash(name[len(prefix):])))
                 return True
         return False
+
+    def set_lag(self, packed: int, probes: int) -> None:
+        """The listener's lag (`pack_lag`) and probe count, in every member's file."""
+        for _, words in self._members:
+            words.set_lag(packed, probes)
 
     def renew_all(self) -> None:
         for _, words in self._members:
@@ -264,6 +350,14 @@ class StampSet:
     def lease_valid(self) -> bool:
         """Whether the lease holds in every file (it is set in all of them together)."""
         return all(words.lease_valid() for _, words in self._members)
+
+    def probes(self) -> int:
+        """The probes timed so far (by this directory's listeners, since the file was made)."""
+        return self._members[0][1].heard_state().probes if self._members else 0
+
+    def lease_valid_checked(self) -> bool:
+        """`lease_valid`, each file's size checked first (`RemoteWords.lease_valid_checked`)."""
+        return all(words.lease_valid_checked() for _, words in self._members)
 
     def set_listener(self, pid: int) -> None:
         for _, words in self._members:

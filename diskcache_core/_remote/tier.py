@@ -30,6 +30,7 @@ from .client import RemoteStore
 from .fills import Fill, Fills, run_soon, write_copies
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
+from .tagops import RemoteTagOperations
 from .._settings import REMOTE_DEFAULTS
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.versionfile import weak_method
@@ -40,7 +41,7 @@ _REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill 
 _T = TypeVar("_T")
 
 
-class RemoteTier:
+class RemoteTier(RemoteTagOperations):
     """One cache's remote: its Redis store, its stamps, its listener, its own memory tier."""
 
     def __init__(
@@ -300,9 +301,11 @@ class RemoteTier:
     # --- writes ---------------------------------------------------------------------------------
 
     def store_item(
-        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any
+        self, statement: str, key: Any, value: Any, expire: Any, read: bool, tag: Any,
+        extras: tuple[Any, ...] = (),
     ) -> bool:
-        """set and add: Redis first (SET, NX for add, the expiry as its TTL), then the stamp."""
+        """set and add: Redis first (one script: the item, the expiry as its TTL, and its tags
+        `tag` and `extras`, checked, replacing its old ones), then the stamp."""
         self._check_listener()  # (the copies its gets will make need one)
         db_key, raw = put_key(self._disk, key)
         expires = None if expire is None else expire_at(time.time(), expire)
@@ -317,9 +320,11 @@ class RemoteTier:
             raise
         data = encode_item(mode, db_value, expires, tag)
         name = encode_key(db_key, raw)
-        full = self._remote.name(name)
         only_new = statement is sql.ADD
-        stored = self._written(name, lambda: self._remote.set(full, data, expires, only_new))
+        tags = extras if tag is None else (tag, *extras)
+        stored = self._written(
+            name, lambda: self._remote.set(name, data, expires, only_new, tags)
+        )
         if stored:
             self._bump(name)
         return stored
@@ -337,30 +342,30 @@ class RemoteTier:
             self._bump(name)
             raise
 
-    def _name(self, key: Any) -> tuple[bytes, bytes]:
+    def _name(self, key: Any) -> bytes:
+        """`key`'s Redis name without the prefix."""
         db_key, raw = put_key(self._disk, key)
-        name = encode_key(db_key, raw)
-        return name, self._remote.name(name)
+        return encode_key(db_key, raw)
 
     def touch(self, key: Any, expires: float | None) -> bool:
         """Set a new expire time for `key` (in Redis, its TTL too); True when it was present."""
-        name, full = self._name(key)
-        touched = self._written(name, lambda: self._remote.touch(full, expires))
+        name = self._name(key)
+        touched = self._written(name, lambda: self._remote.touch(name, expires))
         self._bump(name)
         return touched
 
     def delete(self, key: Any) -> bool:
-        """Remove `key` from Redis; True when it was there."""
-        name, full = self._name(key)
-        removed = self._written(name, lambda: self._remote.delete(full))
+        """Remove `key` (and its tag memberships) from Redis; True when it was there."""
+        name = self._name(key)
+        removed = self._written(name, lambda: self._remote.delete(name))
         self._bump(name)
         self.removed.explicit += removed
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
-        name, full = self._name(key)
-        data = self._written(name, lambda: self._remote.pop(full))
+        name = self._name(key)
+        data = self._written(name, lambda: self._remote.pop(name))
         self._bump(name)
         self.removed.explicit += data is not None
         item = None if data is None else decode_item(data)
@@ -391,10 +396,13 @@ class RemoteTier:
         (with `expire` seconds and `tag`, or the item's own for KEEP), delete the item for
         DELETE, leave it for KEEP; return `result`. Compare-and-set in Redis, retried while
         other writers get in between."""
-        name, full = self._name(key)
+        name = self._name(key)
+        full = self._remote.name(name)
         remote = self._remote
         if tag is not KEEP and tag is not None:
             tag = check_tag(tag)
+        # A new tag replaces the item's tags (as a set does); KEEP keeps them all.
+        tags = None if tag is KEEP else () if tag is None else (tag,)
         while True:
             old = remote.get(full)
             item = None if old is None else decode_item(old)
@@ -420,7 +428,9 @@ class RemoteTier:
                     self._disk, self._native_numbers, self._directory, key, value, False
                 )
                 new = encode_item(mode, db_value, expires, keep_tag if tag is KEEP else tag)
-            if self._written(name, lambda: remote.compare_and_set(full, old, new, expires)):
+            if self._written(
+                name, lambda: remote.compare_and_set(name, old, new, expires, tags)
+            ):
                 self._bump(name)
                 return result
 
@@ -434,18 +444,6 @@ class RemoteTier:
         finally:  # (after a failure too: a batch whose outcome is unknown may yet be applied)
             self._words.renew_all()
         self.removed.explicit += removed
-        return removed
-
-    def evict(self, tag: Any) -> int:
-        """Remove the items of `tag` from Redis (a scan of the prefix); the count removed."""
-        tag = check_tag(tag)
-        if tag is None:  # SQLite's ``tag = NULL`` matches no row: untagged items stay, as locally
-            return 0
-        try:
-            removed = self._remote.each_batch(lambda names: self._remote.evict_tag(names, tag))
-        finally:
-            self._words.renew_all()
-        self.removed.tag += removed
         return removed
 
     def metrics(self) -> RemoteMetrics:

@@ -48,12 +48,41 @@ MOUNTS = "/proc/self/mounts"
 
 # Filesystems whose locks SQLite cannot rely on: network and host-shared filesystems
 # (python-diskcache issues 164, 249 and 345: a cache on NFS loses items or is damaged).
-NETWORK_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "ncpfs", "afs", "9p", "ceph",
-    "glusterfs", "lustre", "gpfs", "beegfs", "davfs", "vboxsf", "vmhgfs", "prl_fs", "sshfs",
-    "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs", "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse",
-    "fuse.davfs", "fuse.vmhgfs-fuse", "fuse.juicefs", "fuse.mountpoint-s3", "drvfs",
-})  # fmt: skip
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb",
+        "smb2",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "afs",
+        "9p",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "davfs",
+        "vboxsf",
+        "vmhgfs",
+        "prl_fs",
+        "sshfs",
+        "fuse.sshfs",
+        "fuse.glusterfs",
+        "fuse.cephfs",
+        "fuse.s3fs",
+        "fuse.rclone",
+        "fuse.gcsfuse",
+        "fuse.davfs",
+        "fuse.vmhgfs-fuse",
+        "fuse.juicefs",
+        "fuse.mountpoint-s3",
+        "drvfs",
+    }
+)
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 

@@ -31,18 +31,29 @@ from .._fanout.layout import check_shard_count
 from .._settings import known_setting, setting_names, validate_setting, validate_settings
 
 __all__ = [
-    "SHARED", "CacheEntry", "EntryLimit", "Problem", "checked_entry", "given_shards", "location",
-    "read_entry", "shared_fanout",
-]  # fmt: skip
+    "SHARED",
+    "CacheEntry",
+    "EntryLimit",
+    "Problem",
+    "checked_entry",
+    "given_shards",
+    "location",
+    "read_entry",
+    "shared_fanout",
+]
 
 # FanoutCache's arguments that a CACHES entry gives next to OPTIONS, by the names they might be
 # given under inside it: passed on from there, Python would only say "got multiple values".
 _ENTRY_KEYS = {
-    "directory": "LOCATION", "location": "LOCATION", "LOCATION": "LOCATION",
-    "shards": "SHARDS", "SHARDS": "SHARDS",
-    "timeout": "DATABASE_TIMEOUT", "database_timeout": "DATABASE_TIMEOUT",
+    "directory": "LOCATION",
+    "location": "LOCATION",
+    "LOCATION": "LOCATION",
+    "shards": "SHARDS",
+    "SHARDS": "SHARDS",
+    "timeout": "DATABASE_TIMEOUT",
+    "database_timeout": "DATABASE_TIMEOUT",
     "DATABASE_TIMEOUT": "DATABASE_TIMEOUT",
-}  # fmt: skip
+}
 
 _REMOTE_URL_HINT = (
     "Give a redis:// URL such as 'redis://localhost:6379/0' (rediss:// for TLS, "

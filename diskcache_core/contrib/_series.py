@@ -47,8 +47,12 @@ class Sample(NamedTuple):
     value: float
 
 
-_GETS = Series("diskcache_core_gets", COUNTER, "Gets of this process by the tier that answered",
-               ("tier", "result"))  # fmt: skip
+_GETS = Series(
+    "diskcache_core_gets",
+    COUNTER,
+    "Gets of this process by the tier that answered",
+    ("tier", "result"),
+)
 _FILLS = Series("diskcache_core_memory_fills", COUNTER, "Entries the memory tier kept")
 _INVALIDATIONS = Series(
     "diskcache_core_invalidations", COUNTER, "Memory-tier entries found invalidated by a write"
@@ -59,27 +63,50 @@ _GIVE_UPS = Series("diskcache_core_write_give_ups", COUNTER, "Writes that gave u
 _MEMORY_ITEMS = Series("diskcache_core_memory_items", GAUGE, "Entries in the memory tier")
 _MEMORY_BYTES = Series("diskcache_core_memory_bytes", GAUGE, "Bytes counted for those entries")
 _MEMORY_LIMIT = Series("diskcache_core_memory_limit_bytes", GAUGE, "The memory tier's byte bound")
-_ITEMS = Series("diskcache_core_items", GAUGE, "Items in the database (the whole host)",
-                combine="mostrecent")  # fmt: skip
-_FILE_BYTES = Series("diskcache_core_value_file_bytes", GAUGE,
-                     "Bytes in value files (the whole host)", combine="mostrecent")  # fmt: skip
-_HOST_GETS = Series("diskcache_core_host_gets", GAUGE,
-                    "Hits and misses of every process (statistics on)", ("result",),
-                    combine="mostrecent")  # fmt: skip
+_ITEMS = Series(
+    "diskcache_core_items", GAUGE, "Items in the database (the whole host)", combine="mostrecent"
+)
+_FILE_BYTES = Series(
+    "diskcache_core_value_file_bytes",
+    GAUGE,
+    "Bytes in value files (the whole host)",
+    combine="mostrecent",
+)
+_HOST_GETS = Series(
+    "diskcache_core_host_gets",
+    GAUGE,
+    "Hits and misses of every process (statistics on)",
+    ("result",),
+    combine="mostrecent",
+)
 _COMMANDS = Series("diskcache_core_remote_commands", COUNTER, "Commands sent to the remote")
 _ERRORS = Series("diskcache_core_remote_errors", COUNTER, "Remote commands that failed")
-_RECONNECTS = Series("diskcache_core_remote_reconnects", COUNTER,
-                     "Times the remote answered again after an outage")  # fmt: skip
-_LEASE = Series("diskcache_core_remote_lease_valid", GAUGE,
-                "1 while the host's listener holds its lease", combine="mostrecent")  # fmt: skip
+_RECONNECTS = Series(
+    "diskcache_core_remote_reconnects", COUNTER, "Times the remote answered again after an outage"
+)
+_LEASE = Series(
+    "diskcache_core_remote_lease_valid",
+    GAUGE,
+    "1 while the host's listener holds its lease",
+    combine="mostrecent",
+)
 _LEASE_LEFT = Series("diskcache_core_remote_lease_remaining_seconds", GAUGE,
                      "Seconds the listener's lease is still good for", combine="mostrecent")
+# The listener's report (the whole host's, from its stamp file): gauges, as `_ITEMS` is.
+_RECEIVED = Series("diskcache_core_remote_invalidations_received", GAUGE,
+                   "Names the host's listener heard change in Redis and invalidated",
+                   combine="mostrecent")  # fmt: skip
+_LAG = Series("diskcache_core_remote_invalidation_lag_seconds", GAUGE,
+              "Invalidation lag over the listener's recent probes, by quantile", ("quantile",),
+              combine="mostrecent")  # fmt: skip
+_PROBES = Series("diskcache_core_remote_lag_probes", GAUGE,
+                 "Probes the host's listener timed", combine="mostrecent")  # fmt: skip
 
 #: Every series, in the order they are exported.
 SERIES = (
     _GETS, _FILLS, _INVALIDATIONS, _EVICTIONS, _WAITS, _GIVE_UPS, _MEMORY_ITEMS, _MEMORY_BYTES,
     _MEMORY_LIMIT, _ITEMS, _FILE_BYTES, _HOST_GETS, _COMMANDS, _ERRORS, _RECONNECTS, _LEASE,
-    _LEASE_LEFT,
+    _LEASE_LEFT, _RECEIVED, _LAG, _PROBES,
 )
 
 
@@ -119,3 +146,9 @@ def _of(name: str, metrics: CacheMetrics) -> Iterator[Sample]:
         yield Sample(_RECONNECTS, plain, remote.reconnects)
         yield Sample(_LEASE, plain, 1.0 if remote.lease_valid else 0.0)
         yield Sample(_LEASE_LEFT, plain, remote.lease_remaining)
+        yield Sample(_RECEIVED, plain, remote.invalidations_received)
+        yield Sample(_PROBES, plain, remote.lag_probes)
+        for quantile, lag in (("0.5", remote.lag_p50), ("0.9", remote.lag_p90),
+                              ("0.99", remote.lag_p99)):  # fmt: skip
+            if lag is not None:  # (none before the listener's first probe)
+                yield Sample(_LAG, {"cache": name, "quantile": quantile}, lag)

@@ -54,8 +54,9 @@ class CacheCollector(Collector):
                 family = families[series] = kind(
                     series.name, series.help, labels=("cache", *series.labels)
                 )
-            family.add_metric([sample.labels[name] for name in ("cache", *series.labels)],
-                              sample.value)  # fmt: skip
+            family.add_metric(
+                [sample.labels[name] for name in ("cache", *series.labels)], sample.value
+            )
         return [families[series] for series in SERIES if series in families]
 
     def describe(self) -> Iterable[Metric]:

@@ -239,6 +239,101 @@ def test_remote_counts_commands_errors_reconnects_and_lease(tmp_path):
             cache.close()
 
 
+@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+def test_remote_invalidations_received_and_lag_percentiles(tmp_path):
+    """Two hosts (two directories on one Redis): the writes of one are heard by the other's
+    listener, counted once each (no probe name of either listener counted), and its probes'
+    lag percentiles are published, positive and ordered, in every process's snapshot."""
+    with RedisTestServer() as server:
+        options = {"remote": server.url, "remote_prefix": f"lag-{uuid.uuid4().hex[:8]}:",
+                   "remote_timeout": 1.0}  # fmt: skip
+        writer = Cache(str(tmp_path / "writer"), **options)
+        reader = Cache(str(tmp_path / "reader"), **options)
+        try:
+            eventually(lambda: writer.metrics().remote.lease_valid)
+            eventually(lambda: reader.metrics().remote.lease_valid)
+            before = reader.metrics().remote
+            assert before.invalidations_received == 0
+            for number in range(25):
+                writer.set(f"k{number}", number)
+            writer.delete("k0")
+            writer.set("k1", "again")
+            # Both listeners time further probes (each also hears the other's probe names).
+            probes = before.lag_probes
+            eventually(lambda: reader.metrics().remote.lag_probes >= probes + 3)
+            eventually(lambda: writer.metrics().remote.lag_probes >= 3)
+            eventually(lambda: reader.metrics().remote.invalidations_received >= 27)
+            remote = reader.metrics().remote
+            assert remote.invalidations_received == 27
+            assert writer.metrics().remote.invalidations_received == 27  # its own writes too
+            assert remote.lag_p50 is not None and remote.lag_p90 is not None
+            assert remote.lag_p99 is not None
+            assert 0.0 < remote.lag_p50 <= remote.lag_p90 <= remote.lag_p99
+            assert server.client().keys(options["remote_prefix"] + "~*")  # the probes' names
+            # Another process of the reader's host reads the same report.
+            script = (
+                "import sys; from diskcache_core import Cache; "
+                "c = Cache(sys.argv[1], remote=sys.argv[2], remote_prefix=sys.argv[3]); "
+                "r = c.metrics().remote; print(r.invalidations_received, r.lag_probes > 0); c.close()"
+            )
+            out = subprocess.run(
+                [sys.executable, "-c", script, str(tmp_path / "reader"), server.url,
+                 options["remote_prefix"]], capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert out.stdout.split() == ["27", "True"], out.stderr
+            assert reader.clear() == 24  # the probes' names are no cache's keys
+        finally:
+            reader.close()
+            writer.close()
+
+
+@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+def test_fanout_remote_sums_invalidations_received(tmp_path):
+    """A FanoutCache's one listener counts each shard's names in that shard's file: the sum
+    is the writes heard, and every shard shows the lag."""
+    with RedisTestServer() as server:
+        cache = FanoutCache(str(tmp_path / "many"), shards=2, remote=server.url,
+                            remote_prefix=f"f-{uuid.uuid4().hex[:8]}:")  # fmt: skip
+        try:
+            eventually(lambda: cache.metrics().remote.lease_valid)
+            for number in range(8):
+                cache.set(number, number)
+            eventually(lambda: cache.metrics().remote.invalidations_received >= 8)
+            eventually(lambda: cache.metrics().remote.lag_probes >= 2)
+            metrics = cache.metrics()
+            assert metrics.remote.invalidations_received == 8
+            parts = [shard.remote.invalidations_received for shard in metrics.shards]
+            assert sum(parts) == 8 and all(parts)  # (8 keys over 2 shards: both get some)
+            # (each shard's file has the lag: read one after the other, a probe may fall between)
+            assert all(shard.remote.lag_probes >= 2 for shard in metrics.shards)
+            assert all(shard.remote.lag_p99 is not None for shard in metrics.shards)
+            assert metrics.remote.lag_p99 == metrics.shards[0].remote.lag_p99
+        finally:
+            cache.close()
+
+
+def test_lag_words_round_trip_and_clamp(tmp_path):
+    """The listener's report in a stamp file: three lags packed into one word (microseconds, at
+    least one, at most LAG_MAX), read back by another mapping of the file."""
+    from diskcache_core._remote.stamps import LAG_MAX, RemoteWords, StampSet, pack_lag
+
+    directory = str(tmp_path)
+    listener = StampSet([(directory, "p:")])
+    reader = RemoteWords(directory, b"p:")
+    try:
+        assert reader.heard_state() == (0, 0, 0.0, 0.0, 0.0)
+        assert listener.heard(b"p:sa") and listener.heard(b"p:sb")
+        assert not listener.heard(b"p:~probe/x/1") and not listener.heard(b"q:sa")
+        listener.set_lag(pack_lag(1e-8, 0.5, 10.0), 3)
+        heard = reader.heard_state()
+        assert (heard.names, heard.probes) == (2, 3)
+        assert heard.p50 == pytest.approx(1e-6) and heard.p90 == pytest.approx(0.5)
+        assert heard.p99 == pytest.approx(LAG_MAX)
+    finally:
+        reader.close()
+        listener.close()
+
+
 def test_public_names():
     for name in ("CacheMetrics", "Evictions", "Gets", "HostCounts", "MemoryMetrics",
                  "RemoteMetrics", "Writes"):  # fmt: skip

@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 
 import pytest
 
 from diskcache_core import Cache, FanoutCache
+
+from redis_servers import RedisTestServer, redis_missing
 
 prometheus_client = pytest.importorskip("prometheus_client")
 pytest.importorskip("opentelemetry.sdk")
@@ -153,3 +157,56 @@ def test_opentelemetry_in_memory_reader(tmp_path):
         provider.shutdown()
         cache.close()
         fanout.close()
+
+
+@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+def test_exporters_show_the_listeners_report(tmp_path):
+    """With a remote: the invalidations the host's listener received and its lag quantiles, in
+    a Prometheus scrape and in the OpenTelemetry reader, equal to the snapshot's."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from diskcache_core.contrib.opentelemetry import instrument
+
+    with RedisTestServer() as server:
+        cache = Cache(str(tmp_path / "host"), remote=server.url,
+                      remote_prefix=f"x-{uuid.uuid4().hex[:8]}:")  # fmt: skip
+        provider = MeterProvider(metric_readers=[otel := InMemoryMetricReader()])
+        try:
+            limit = time.monotonic() + 30
+            while time.monotonic() < limit and not cache.metrics().remote.lease_valid:
+                time.sleep(0.01)  # (the listener hears the writes made once it listens)
+            for number in range(5):
+                cache.set(number, number)
+            while time.monotonic() < limit and (
+                cache.metrics().remote.invalidations_received < 5
+                or cache.metrics().remote.lag_probes < 2
+            ):
+                time.sleep(0.01)
+            registry = CollectorRegistry()
+            registry.register(CacheCollector({"pages": cache}))
+            values = scraped(registry)
+            instrument({"pages": cache}, provider.get_meter("test"))
+            points = {
+                (metric.name, frozenset(point.attributes.items())): point.value
+                for resource in otel.get_metrics_data().resource_metrics
+                for scope in resource.scope_metrics
+                for metric in scope.metrics
+                for point in metric.data.data_points
+            }
+            remote = cache.metrics().remote
+            plain = frozenset({("cache", "pages")})
+            for found in (values, points):
+                assert found[("diskcache_core_remote_invalidations_received", plain)] == 5
+                lags = [
+                    found[("diskcache_core_remote_invalidation_lag_seconds",
+                           plain | {("quantile", quantile)})]
+                    for quantile in ("0.5", "0.9", "0.99")
+                ]
+                assert 0 < lags[0] <= lags[1] <= lags[2]
+                assert found[("diskcache_core_remote_lag_probes", plain)] >= 2
+            # (a probe may be timed between the reads: the snapshot's are those of one moment)
+            assert remote.lag_p50 is not None and remote.lag_p50 > 0
+        finally:
+            provider.shutdown()
+            cache.close()
