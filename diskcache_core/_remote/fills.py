@@ -28,7 +28,7 @@ from .._store import schema as sql
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.workers import worker_task
 
-__all__ = ["Fill", "Fills", "run_soon", "write_copies"]
+__all__ = ["Fill", "Fills", "write_copies"]
 
 _log = REMOTE
 
@@ -112,7 +112,6 @@ class _Writer:
     def __init__(self) -> None:
         self._pid = 0
         self._queue: dict[int, Fills] = {}
-        self._tasks: list[Callable[[], object]] = []
         self._wake = threading.Event()
         self._start_lock = threading.Lock()
 
@@ -124,7 +123,6 @@ class _Writer:
             if self._pid == os.getpid():
                 return
             self._queue = {}
-            self._tasks = []
             self._wake = threading.Event()
             thread = threading.Thread(
                 target=self._run, name="diskcache_core-remote-fills", daemon=True
@@ -141,26 +139,11 @@ class _Writer:
         if not wake.is_set():  # (the writer clears it just before it takes the queue)
             wake.set()
 
-    def run_soon(self, task: Callable[[], object]) -> None:
-        """Run `task` in the writer thread, before it next gathers copies (its errors ignored)."""
-        self.ensure()
-        self._tasks.append(task)
-        self._wake.set()
-
     def _run(self) -> None:
         wake = self._wake
         queue = self._queue
-        tasks = self._tasks
         while True:
             wake.wait()
-            while tasks:
-                try:
-                    tasks.pop(0)()
-                except Exception:  # (a warm-up: the first get does it again if it must)
-                    _log.debug("a remote tier's warm-up failed", exc_info=True)
-            if not queue:
-                wake.clear()
-                continue
             time.sleep(GATHER)  # (the GIL released: the gets meanwhile wake no one)
             wake.clear()
             while queue:
@@ -232,7 +215,6 @@ def _drop_files(store: Store, file_rows: list[tuple[tuple[Any, ...], str, int]])
 
 _WRITER = _Writer()
 _all: "weakref.WeakSet[Fills]" = weakref.WeakSet()
-run_soon = _WRITER.run_soon
 
 
 def _after_fork_in_child() -> None:

@@ -27,7 +27,7 @@ from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
-from .fills import Fill, Fills, run_soon, write_copies
+from .fills import Fill, Fills, write_copies
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .tagops import RemoteTagOperations
@@ -80,15 +80,6 @@ class RemoteTier(RemoteTagOperations):
         self._closed = False
         self._listener: ListenerThread | None = None
         self._elect()
-        # Redis's connection made now, in the background, not by the first get (a FanoutCache's
-        # shards each have their own: eight connects among the first gets, measured).
-        if not self._remote.cluster:  # (a cluster client connects when made, at once)
-            run_soon(weak_method(self._warm))
-
-    def _warm(self) -> None:
-        """Connect to Redis (a PING) unless closed meanwhile (see `run_soon`'s caller)."""
-        if self._listener is not None:
-            self._remote.client.ping()
 
     def _elect(self) -> None:
         """Be one more user of this process's listener candidate of the group's directory."""
