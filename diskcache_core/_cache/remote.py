@@ -67,7 +67,7 @@ class RemoteItems(CacheBase):
 
         self._remote = RemoteTier(
             self._directory, self._store, self._disk, self._native_numbers, code_only,
-            self._group,
+            self._group, self._evictor,
         )
         self._configure_memory()
 

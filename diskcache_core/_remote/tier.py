@@ -24,9 +24,10 @@ from .._arguments import check_bindable, check_key, check_tag, expire_at, put_ke
 from .._disk.disk import DELETE, ENOVAL, KEEP, Disk
 from .._errors import DiskCacheError, RemoteOutcomeUnknownError, RemoteUnsupportedError
 from .listener import ListenerThread, listener_for, release_listener
-from .._memory.tier import ABSENT, MISS, MemoryTier
+from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
+from .fills import Fill, Fills, write_copies
 from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .tagops import RemoteTagOperations
@@ -46,10 +47,12 @@ class RemoteTier(RemoteTagOperations):
     def __init__(
         self, directory: str, store: Store, disk: Disk, native_numbers: bool,
         code_only: dict[str, Any], group: tuple[str, tuple[Member, ...]] | None = None,
+        reads: ReadNotes | None = None,
     ) -> None:
         """`group`: the directory whose listener serves this cache, and every cache it serves
         (``(directory, prefix)`` each, this one among them): a FanoutCache's directory and its
-        shards. None: this cache alone, its listener elected in its own directory."""
+        shards. None: this cache alone, its listener elected in its own directory. `reads`
+        hears of each get (the Evictor: hits and misses for `stats`)."""
         options = {**REMOTE_DEFAULTS, **code_only}
         self._directory = directory
         self._store = store
@@ -62,6 +65,9 @@ class RemoteTier(RemoteTagOperations):
         )
         self._words = RemoteWords(directory, self._remote.prefix)
         self._memory: MemoryTier | None = None
+        self._reads = reads
+        # Copies of Redis's answers, written to the database by a background writer.
+        self._fills = Fills(self._write_fills)
         # For `Cache.metrics`: gets below the memory tier by who answered; removals from Redis.
         self.answered, self.removed = RemoteCounts(), EvictionCounts()
         self._remapped()  # (the stamp words' views)
@@ -100,8 +106,8 @@ class RemoteTier(RemoteTagOperations):
             # this tier's to fill (`_get_below_memory`), by the stamps.
             self._memory = MemoryTier(
                 self._stamps, size_limit, item_limit, plain_keys, self._native_numbers,
-                self._disk.put, self._disk.fetch, guard=weak_method(self._leased),
-                admits_reads=False,
+                self._disk.put, self._disk.fetch, reads=self._reads,
+                guard=weak_method(self._leased), admits_reads=False,
             )
         else:
             self._memory.set_limits(size_limit, item_limit)
@@ -143,10 +149,19 @@ class RemoteTier(RemoteTagOperations):
         if memory is not None:
             memory.count_miss()
         now = time.time()
+        reads = self._reads
+        if reads is not None and not reads.tracks_reads:
+            reads = None
         if not tag and 0.0 < self._lease[0] - now <= LEASE_AHEAD:
-            found = self._local_copy(db_key, raw, index, read, now)
+            waiting = self._fills.current(db_key, raw, index, self._stamps, now)
+            if waiting is None:
+                found = self._local_copy(db_key, raw, index, read, now)
+            else:  # a copy not yet written
+                found = disk.fetch(waiting.mode, None, waiting.db_value, read), waiting.expires
             if found is not None:
                 self.answered.local += 1
+                if reads is not None:
+                    reads.note_read(db_key, raw, True, now)
                 value, expires = found
                 return shape(value, expires, None, expire_time, False)
         self._check_listener()
@@ -157,12 +172,16 @@ class RemoteTier(RemoteTagOperations):
             item = None  # Redis's clock has not caught up with ours yet
         if item is None:
             self.answered.missed += 1
+            if reads is not None:
+                reads.note_read(db_key, raw, False, now)
             if memory is not None and not (read or expire_time or tag):
                 map_key = memory.map_key(db_key, raw)
                 if map_key is not None:
                     memory.store(map_key, None, ABSENT, index, stamp, None, db_key, raw)
             return shape(default, None, None, expire_time, tag)
         self.answered.found += 1
+        if reads is not None:
+            reads.note_read(db_key, raw, True, now)
         value = disk.fetch(item.mode, None, item.db_value, read)
         if self._stamps[index] == stamp:
             self._keep(db_key, raw, key, item.mode, item.db_value, value, read,
@@ -209,28 +228,21 @@ class RemoteTier(RemoteTagOperations):
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
         expires: float | None, index: int, stamp: int,
     ) -> None:
-        """Keep what Redis answered as this host's copy, under the stamp read before asking."""
-        disk = self._disk
+        """Keep what Redis answered as this host's copy, under the stamp read before asking:
+        in the memory tier at once (an inline value), in the database by the background
+        writer (`_write_fills`), off the caller's path."""
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
-        filename = None
-        size = 0
-        if inline >= disk.min_file_size > 0:
-            plain = disk.fetch(mode, None, db_value, False) if read else value
-            size, mode, filename, db_value = disk.store(plain, False, key=key)
-        elif self._memory is not None and not read:
+        if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
             self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
-        charge = size or inline
-        params = (db_key, raw, time.time(), expires, stamp, size, mode, filename, db_value)
-        try:
-            # One try for the write lock: a get never waits for another process's write to
-            # keep a copy (another reader of the host will keep it).
-            with self._store.transaction(timeout=0.0):
-                self._store.write(
-                    sql.UPSERT, params, False, filename, max(charge, MIN_WRITE_CHARGE)
-                )
-        except DiskCacheError:  # busy, full disk, read-only: the copy is only a shortcut
-            if filename is not None:
-                self._store.forget_new_file(filename)
+        self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
+
+    def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
+        """Write waiting copies (the writer thread's; see `write_copies`)."""
+        write_copies(self._store, self._disk, self._stamps, batch)
+
+    def flush_fills(self) -> None:
+        """Write the copies waiting now (see `Fills`), in the calling thread."""
+        self._fills.flush()
 
     def refresh(self, names: list[bytes]) -> int:
         """Renew this host's copies of items that just changed in Redis; how many were renewed.
@@ -459,6 +471,7 @@ class RemoteTier(RemoteTagOperations):
     def close(self) -> None:
         """Close this tier's connections; the listener stops with the last cache of the
         directory in this process (another process takes over)."""
+        self._fills.flush()
         listener, self._listener = self._listener, None
         self._closed = listener is not None  # used again: a candidate anew (`_check_listener`)
         if listener is not None and listener.pid == os.getpid():

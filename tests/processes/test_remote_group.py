@@ -140,14 +140,19 @@ def test_every_shard_hears_another_hosts_writes(tmp_path, options):
         before = reader.memory_stats().hits
         assert all(reader.get(key) == "old" for key in keys)
         assert reader.memory_stats().hits > before  # copies are served: the lease holds
+
+        def held(value):  # B's copies in each key's shard's database
+            return all(
+                reader.shard_for(key).read_sql("SELECT value FROM Cache WHERE key = ?", (key,))
+                == [(value,)] for key in keys
+            )
+
+        eventually(lambda: held("old"))  # (written by B's background writer)
         for key in keys:
             writer.set(key, "new")
 
         def renewed():  # B's copies, renewed by the one refresher through each key's shard
-            return all(
-                reader.shard_for(key).read_sql("SELECT value FROM Cache WHERE key = ?", (key,))
-                == [("new",)] for key in keys
-            )
+            return held("new")
 
         eventually(renewed)
         for key in keys:  # each shard's copies were invalidated by the one listener

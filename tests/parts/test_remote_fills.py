@@ -1,0 +1,130 @@
+"""A get answered by Redis keeps its copy off the caller's path (_remote/fills.py), and the
+copies stay coherent: one made stale by a later change is neither served nor written."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+import pytest
+
+from diskcache_core import Cache, FanoutCache
+
+import remote_helpers as helpers
+from redis_servers import RedisTestServer, redis_missing
+
+pytestmark = pytest.mark.skipif(
+    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with RedisTestServer() as running:
+        yield running
+
+
+@pytest.fixture
+def options(server):
+    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+
+
+def eventually(check, deadline=helpers.WAIT):
+    limit = time.monotonic() + deadline
+    while time.monotonic() < limit:
+        if check():
+            return
+        time.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
+def rows(cache, key):
+    return cache.read_sql("SELECT value FROM Cache WHERE key = ?", (key,))
+
+
+def caller_transactions(cache):
+    """Count the write transactions the calling thread opens on `cache`'s store."""
+    store = cache._store
+    original = store.transaction
+    caller = threading.get_ident()
+    opened = []
+
+    def counted(*args, **kwargs):
+        if threading.get_ident() == caller:
+            opened.append(args)
+        return original(*args, **kwargs)
+
+    store.transaction = counted
+    return opened
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_a_get_from_redis_writes_its_copy_off_the_callers_path(tmp_path, options, memory):
+    writer = Cache(str(tmp_path / "a"), **options)
+    reader = Cache(str(tmp_path / "b"), **options, **({} if memory else {"memory_size_limit": 0}))
+    try:
+        for number in range(5):
+            writer.set(f"k{number}", f"v{number}")
+        eventually(lambda: reader._remote._leased())
+        opened = caller_transactions(reader)
+        assert [reader.get(f"k{number}") for number in range(5)] == [f"v{n}" for n in range(5)]
+        assert opened == []  # no write on the get's path
+        assert reader._remote.answered.found == 5  # each asked Redis once
+        assert [reader.get(f"k{number}") for number in range(5)] == [f"v{n}" for n in range(5)]
+        assert reader._remote.answered.found == 5  # then answered here (waiting or written)
+        eventually(lambda: all(rows(reader, f"k{n}") == [(f"v{n}",)] for n in range(5)))
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_waiting_copy_made_stale_is_neither_served_nor_written(tmp_path, options):
+    cache = Cache(str(tmp_path / "a"), memory_size_limit=0, **options)
+    other = Cache(str(tmp_path / "b"), **options)
+    try:
+        other.set("k", "old")
+        eventually(lambda: cache._remote._leased())
+        fills = cache._remote._fills
+        write = cache._remote._write_fills
+        held = threading.Event()
+        release = threading.Event()
+
+        def slow_write(batch):  # the writer holds the batch until the change is made
+            held.set()
+            release.wait(10)
+            write(batch)
+
+        cache._remote._write_fills = slow_write
+        fills._write = lambda: slow_write
+        assert cache.get("k") == "old"
+        assert held.wait(10)
+        cache.set("k", "new")  # this host's stamp is bumped: the waiting copy is stale
+        assert cache.get("k") == "new"
+        release.set()
+        cache._remote.flush_fills()
+        assert rows(cache, "k") in ([], [("new",)])  # never the stale "old"
+        assert cache.get("k") == "new"
+    finally:
+        cache.close()
+        other.close()
+
+
+def test_close_writes_the_waiting_copies(tmp_path, options):
+    directory = str(tmp_path / "a")
+    other = FanoutCache(str(tmp_path / "b"), shards=4, **options)
+    for number in range(20):
+        other.set(f"k{number}", number)
+    cache = FanoutCache(directory, shards=4, **options)
+    try:
+        assert [cache.get(f"k{number}") for number in range(20)] == list(range(20))
+    finally:
+        cache.close()
+        other.close()
+    reopened = FanoutCache(directory, shards=4, **options)
+    try:
+        held = sum(len(shard.read_sql("SELECT key FROM Cache")) for shard in reopened._shards)
+        assert held == 20
+    finally:
+        reopened.close()
