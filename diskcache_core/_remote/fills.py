@@ -162,7 +162,8 @@ class _Writer:
 def write_copies(
     store: Store, disk: Disk, stamps: memoryview, batch: dict[tuple[Any, Any], Fill]
 ) -> None:
-    """Write waiting copies into `store` in one transaction (`stamps`: the tier's words):
+    """Write waiting copies into `store` in one transaction (`stamps`: the tier's words, the
+    file's size checked just before, `RemoteWords.checked_words`):
     those whose stamp changed since are skipped (a later change made them unservable). The
     write lock is waited for briefly; busy, a full disk, read-only: the batch is dropped
     (the copies are only a shortcut)."""
@@ -171,9 +172,11 @@ def write_copies(
     inline_rows: list[tuple[Any, ...]] = []
     inline_charge = 0
     file_rows: list[tuple[tuple[Any, ...], str, int]] = []
-    for (db_key, raw), fill in batch.items():
-        if stamps[fill.word] != fill.stamp:
-            continue
+    # The stamps read at once, in one tight loop right after the caller checked the file's size
+    # (a background thread reading a mapped file that was just truncated dies of SIGBUS: the
+    # value files below take milliseconds, so no stamp is read in between them).
+    current = [item for item in batch.items() if stamps[item[1].word] == item[1].stamp]
+    for (db_key, raw), fill in current:
         mode, db_value = fill.mode, fill.db_value
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
         if inline >= limit > 0:

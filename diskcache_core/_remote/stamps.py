@@ -231,6 +231,12 @@ class RemoteWords:
     def lease_valid(self) -> bool:
         return bool(0.0 < self.lease[0] - time.time() <= LEASE_AHEAD)
 
+    def checked_words(self) -> memoryview:
+        """`words`, for a background thread: the file's size checked first (one fstat), so a
+        truncated file is switched to private words instead of being read (SIGBUS)."""
+        self._guard()
+        return self.words
+
     def lease_valid_checked(self) -> bool:
         """`lease_valid` for a background thread that looks often and unprompted: the file's
         size is checked first (one fstat), so a truncated file is switched to private words
@@ -255,8 +261,8 @@ class RemoteWords:
     def heard_state(self) -> Heard:
         """The listener's report, read from the mapping (all zeros when closed)."""
         try:
-            names, packed, probes = (int(self.words[_HEARD]), int(self.words[_LAG]),
-                                     int(self.words[_PROBES]))  # fmt: skip
+            words = self.words
+            names, packed, probes = int(words[_HEARD]), int(words[_LAG]), int(words[_PROBES])
         except ValueError:  # closed: its views are released
             return Heard(0, 0, 0.0, 0.0, 0.0)
         if not probes:

@@ -238,7 +238,7 @@ class RemoteTier(RemoteTagOperations):
 
     def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
         """Write waiting copies (the writer thread's; see `write_copies`)."""
-        write_copies(self._store, self._disk, self._stamps, batch)
+        write_copies(self._store, self._disk, self._words.checked_words(), batch)
 
     def flush_fills(self) -> None:
         """Write the copies waiting now (see `Fills`), in the calling thread."""

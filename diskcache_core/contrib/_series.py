@@ -93,14 +93,25 @@ _LEASE = Series(
 _LEASE_LEFT = Series("diskcache_core_remote_lease_remaining_seconds", GAUGE,
                      "Seconds the listener's lease is still good for", combine="mostrecent")
 # The listener's report (the whole host's, from its stamp file): gauges, as `_ITEMS` is.
-_RECEIVED = Series("diskcache_core_remote_invalidations_received", GAUGE,
-                   "Names the host's listener heard change in Redis and invalidated",
-                   combine="mostrecent")  # fmt: skip
-_LAG = Series("diskcache_core_remote_invalidation_lag_seconds", GAUGE,
-              "Invalidation lag over the listener's recent probes, by quantile", ("quantile",),
-              combine="mostrecent")  # fmt: skip
-_PROBES = Series("diskcache_core_remote_lag_probes", GAUGE,
-                 "Probes the host's listener timed", combine="mostrecent")  # fmt: skip
+_RECEIVED = Series(
+    "diskcache_core_remote_invalidations_received",
+    GAUGE,
+    "Names the host's listener heard change in Redis and invalidated",
+    combine="mostrecent",
+)
+_LAG = Series(
+    "diskcache_core_remote_invalidation_lag_seconds",
+    GAUGE,
+    "Invalidation lag over the listener's recent probes, by quantile",
+    ("quantile",),
+    combine="mostrecent",
+)
+_PROBES = Series(
+    "diskcache_core_remote_lag_probes",
+    GAUGE,
+    "Probes the host's listener timed",
+    combine="mostrecent",
+)
 
 #: Every series, in the order they are exported.
 SERIES = (
@@ -148,7 +159,7 @@ def _of(name: str, metrics: CacheMetrics) -> Iterator[Sample]:
         yield Sample(_LEASE_LEFT, plain, remote.lease_remaining)
         yield Sample(_RECEIVED, plain, remote.invalidations_received)
         yield Sample(_PROBES, plain, remote.lag_probes)
-        for quantile, lag in (("0.5", remote.lag_p50), ("0.9", remote.lag_p90),
-                              ("0.99", remote.lag_p99)):  # fmt: skip
+        quantiles = (("0.5", remote.lag_p50), ("0.9", remote.lag_p90), ("0.99", remote.lag_p99))
+        for quantile, lag in quantiles:
             if lag is not None:  # (none before the listener's first probe)
                 yield Sample(_LAG, {"cache": name, "quantile": quantile}, lag)

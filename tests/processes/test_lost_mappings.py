@@ -108,8 +108,12 @@ class Child:
         return self._json.loads(line)
 
     def ask(self, command: str) -> object:
-        self.process.stdin.write(command + "\n")  # type: ignore[union-attr]
-        self.process.stdin.flush()  # type: ignore[union-attr]
+        try:
+            self.process.stdin.write(command + "\n")  # type: ignore[union-attr]
+            self.process.stdin.flush()  # type: ignore[union-attr]
+        except BrokenPipeError:  # died before it was asked: say how
+            code = self.process.wait(60)
+            raise AssertionError(f"the child died: exit status {code} ({_signal_name(code)})")
         return self.read()
 
     def close(self) -> int:
