@@ -14,6 +14,16 @@ import diskcache_core
 WAIT = 30.0  # seconds any wait for an expected event may take before the test fails
 
 
+def eventually(check, deadline=WAIT):
+    """Wait until `check()` is true (polled), failing the test after `deadline` seconds."""
+    limit = time.monotonic() + deadline
+    while time.monotonic() < limit:
+        if check():
+            return
+        time.sleep(0.002)
+    raise AssertionError("condition never held")
+
+
 def open_cache(directory, options):
     """`options`: the Cache settings of the test (remote=, remote_prefix=, ...)."""
     return diskcache_core.Cache(directory, **options)

@@ -26,6 +26,7 @@ from diskcache_core import (
 )
 
 import remote_helpers as helpers
+from remote_helpers import eventually
 from redis_servers import RedisTestCluster, RedisTestServer, redis_missing
 
 pytestmark = pytest.mark.skipif(
@@ -69,14 +70,6 @@ def hosts(tmp_path, url, prefix):
     for cache in opened:
         cache.close()
 
-
-def eventually(check, deadline=helpers.WAIT):
-    limit = time.monotonic() + deadline
-    while time.monotonic() < limit:
-        if check():
-            return
-        time.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 # --- the API, across two hosts -------------------------------------------------------------------

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import uuid
 
 import pytest
 
 from diskcache_core import Cache, FanoutCache
 
-import remote_helpers as helpers
+from remote_helpers import eventually
 from redis_servers import RedisTestServer, redis_missing
 
 pytestmark = pytest.mark.skipif(
@@ -30,14 +29,6 @@ def server():
 def options(server):
     return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
 
-
-def eventually(check, deadline=helpers.WAIT):
-    limit = time.monotonic() + deadline
-    while time.monotonic() < limit:
-        if check():
-            return
-        time.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 def rows(cache, key):

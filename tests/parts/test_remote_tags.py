@@ -15,6 +15,7 @@ from diskcache_core import Cache, FanoutCache, RemoteUnsupportedError
 from diskcache_core._disk.disk import ENOVAL
 
 import remote_helpers as helpers
+from remote_helpers import eventually
 from redis_servers import RedisTestCluster, RedisTestServer, redis_missing
 
 pytestmark = pytest.mark.skipif(
@@ -51,14 +52,6 @@ def hosts(tmp_path, server, prefix):
     for cache in opened:
         cache.close()
 
-
-def eventually(check, deadline=helpers.WAIT):
-    limit = time.monotonic() + deadline
-    while time.monotonic() < limit:
-        if check():
-            return
-        time.sleep(0.002)
-    raise AssertionError("condition never held")
 
 
 def bookkeeping(client, prefix):

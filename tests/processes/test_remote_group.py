@@ -15,6 +15,7 @@ import pytest
 from diskcache_core import Cache, FanoutCache
 
 import remote_helpers as helpers
+from remote_helpers import eventually
 from redis_servers import RedisTestServer, redis_missing
 
 pytestmark = [
@@ -42,14 +43,6 @@ def server():
 def options(server):
     return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
 
-
-def eventually(check, deadline=helpers.WAIT):
-    limit = time.monotonic() + deadline
-    while time.monotonic() < limit:
-        if check():
-            return
-        time.sleep(0.005)
-    raise AssertionError("condition never held")
 
 
 def helpers_of(directory: str) -> dict[int, int]:
