@@ -42,12 +42,12 @@ import sqlite3
 import threading
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 from . import schema as sql
 from .._errors import DiskCacheError, Timeout, is_busy
 
-__all__ = ["BACKSTOP_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds"]
+__all__ = ["BACKSTOP_PAGES", "CLOSE_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds"]
 
 INTERVAL = 0.010  # seconds between rounds while caches are being written
 IDLE_EXIT = 1.0  # seconds without a round due after which the thread exits (restarted on demand)
@@ -57,6 +57,9 @@ _PASS_PAUSE = 0.001  # seconds between them
 PASS_BYTES = 2**20  # bytes this process wrote to the WAL from which a round checkpoints
 _AGAIN_BYTES = 2**18  # written during a checkpoint: another one in the same round
 _TAIL_PAGES = 64  # pages a round may leave uncopied
+CLOSE_PAGES = BACKSTOP_PAGES // 2  # a WAL this long, all but copied: the round closes it
+_CLOSE_TRIES = 5  # tries for the write lock to close the WAL, `_PASS_PAUSE` apart
+_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 TRIM_MIN_PAGES = 256  # free pages kept at least (the next writes reuse them)
 TRIM_PAGES = 128  # free pages returned per round: the write lock is held briefly
 
@@ -71,6 +74,10 @@ class Checkpointed(Protocol):
     pool: Any
 
     def return_free_pages(self, pages: int, timeout: float | None = None) -> None: ...
+
+    def transaction(
+        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None
+    ) -> ContextManager[Any]: ...
 
 
 class _Checkpointer:
@@ -154,6 +161,28 @@ class _Checkpointer:
                 self.round_done.notify_all()
 
 
+def _close_wal(store: Checkpointed, con: sqlite3.Connection) -> None:
+    """Copy the last pages of `store`'s WAL with writers held off for that moment, so that the
+    WAL ends fully copied and the next writer starts it over; busy: a later round tries again.
+
+    Under a stream of commits a PASSIVE checkpoint never ends at the WAL's end (a commit comes
+    while it syncs), so the WAL grew to `BACKSTOP_PAGES` and each commit past it ran a
+    checkpoint of its own, two fsyncs inside a ``set``, until one happened to end it. Here the
+    pages are all but copied already: the write lock (one try, on this thread's connection, its
+    release waking waiters as any writer's) is held for one short checkpoint of the tail.
+    """
+    try:
+        for _ in range(_CLOSE_TRIES):
+            try:
+                with store.transaction(timeout=0.0):
+                    con.execute(_PASSIVE).fetchone()
+                return
+            except Timeout:
+                time.sleep(_PASS_PAUSE)  # a writer holds the lock: after its commit
+    finally:
+        store.pool.close_current()  # none left open to a fork or to close()
+
+
 def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
     """Checkpoint `store`'s database (again while writers added many pages meanwhile and
     `go_on()`), and return some free pages if they are many; True when many are left."""
@@ -167,14 +196,17 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
     except sqlite3.Error:
         return False  # gone, or not ours to open: the writers' backstop checkpoints
     try:
+        busy, log, copied = 1, -1, -1
         for _ in range(_PASSES if store.wal_bytes >= PASS_BYTES else 0):
             store.wal_bytes = 0
-            busy, log, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            busy, log, copied = con.execute(_PASSIVE).fetchone()
             if busy or log - copied > _TAIL_PAGES or store.wal_bytes < _AGAIN_BYTES:
                 break  # another checkpoint runs, not WAL (-1), held back, or little new
             if not go_on():
                 return False  # its cache is closing
             time.sleep(_PASS_PAUSE)  # writers are adding pages: copy them as they come
+        if not busy and log >= CLOSE_PAGES and log - copied <= _TAIL_PAGES and go_on():
+            _close_wal(store, con)
         free = pages = 0
         if con.execute(sql.AUTO_VACUUM).fetchone()[0] == sql.INCREMENTAL_VACUUM:
             (free,) = con.execute(sql.FREELIST_COUNT).fetchone()

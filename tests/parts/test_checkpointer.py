@@ -356,3 +356,103 @@ def test_only_values_stored_inline_count_as_written_to_the_wal(tmp_path, in_tran
     assert inline >= 20 * 60_000
     assert in_files < 20 * 2**20 / 16  # a commit page or so each, not the 40 MB
     cache.close()
+
+
+def _wal_restarts(cache: dc.Cache) -> int:
+    """The WAL header's checkpoint sequence number: SQLite adds one each time a writer starts
+    the WAL over (read from the file: SQLite holds no lock on the WAL file that closing this
+    descriptor could drop)."""
+    with open(database(cache) + '-wal', 'rb') as wal:
+        return int.from_bytes(wal.read(16)[12:16], 'big')
+
+
+class _WriterAfterEachCheckpoint:
+    """Stands for the checkpointer module's ``sqlite3``: after each checkpoint of the round's
+    connection another writer commits one item (when the write lock is free), as a stream of
+    writes from other processes does while a checkpoint waits for its fsyncs. The first such
+    commit comes while a reader that began before the checkpoint still reads (`reader`), so
+    that commit cannot start the WAL over and leaves it with a page no checkpoint copied."""
+
+    def __init__(self, writer: dc.Cache, reader: sqlite3.Connection) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.commits = 0
+        self.refused = 0
+
+    def __getattr__(self, name: str):
+        return getattr(sqlite3, name)
+
+    def connect(self, *args, **kwargs):
+        return _CheckpointThenWrite(sqlite3.connect(*args, **kwargs), self)
+
+    def after_checkpoint(self) -> None:
+        try:
+            self.writer.set(('stream', self.commits), b'x')
+            self.commits += 1
+        except dc.Timeout:  # the round holds the write lock
+            self.refused += 1
+        if self.reader.in_transaction:
+            self.reader.execute('COMMIT')
+
+
+class _CheckpointThenWrite:
+    """A round's connection whose checkpoints are each followed by the stream's write."""
+
+    def __init__(self, con: sqlite3.Connection, stream: _WriterAfterEachCheckpoint) -> None:
+        self.con = con
+        self.stream = stream
+
+    def execute(self, statement: str, *args):
+        cursor = self.con.execute(statement, *args)
+        if 'wal_checkpoint' not in statement:
+            return cursor
+        result = cursor.fetchone()
+        self.stream.after_checkpoint()
+        return _Row(result)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+class _Row:
+    def __init__(self, row) -> None:
+        self.row = row
+
+    def fetchone(self):
+        return self.row
+
+
+def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatch):
+    """Under a stream of writes no checkpoint alone reaches the WAL's end, so no writer could
+    start the WAL over: it grew to the writers' backstop, and each commit past that ran a
+    checkpoint of its own (fsyncs inside a set). A round that finds a long WAL all but copied
+    copies the rest with the write lock held for that moment: the next write starts it over."""
+    from diskcache_core._store import store as _store_module
+
+    monkeypatch.setattr(_store_module, 'note_commit', lambda store: None)  # rounds run here
+    directory = str(tmp_path / 'c')
+    # No writer checkpoints: only the round can.
+    cache = dc.Cache(directory, sqlite_wal_autocheckpoint=100_000)
+    writer = dc.Cache(directory, timeout=0)
+    cache.set(0, VALUE)
+    number = 1
+    while os.path.getsize(database(cache) + '-wal') < (_checkpointer.CLOSE_PAGES + 100) * 4120:
+        cache.set(number, VALUE)
+        number += 1
+    restarts = _wal_restarts(cache)
+    reader = sqlite3.connect(database(cache), isolation_level=None)  # SQLite's own open
+    reader.execute('BEGIN')
+    assert reader.execute('SELECT COUNT(*) FROM Cache').fetchone() == (number,)
+    stream = _WriterAfterEachCheckpoint(writer, reader)
+    monkeypatch.setattr(_checkpointer, 'sqlite3', stream)
+    _checkpointer._round(cache._store, lambda: True)
+    monkeypatch.undo()
+    reader.close()
+    assert stream.commits >= 1
+    cache.set('after', b'x')
+    assert _wal_restarts(cache) == restarts + 1
+    assert stream.refused >= 1  # the closing checkpoint ran with the write lock held
+    assert cache['after'] == b'x' and writer[('stream', 0)] == b'x'
+    assert all(cache[key] == VALUE for key in range(number))
+    writer.close()
+    cache.close()
