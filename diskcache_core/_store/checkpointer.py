@@ -60,6 +60,7 @@ _TAIL_PAGES = 64  # pages a round may leave uncopied
 CLOSE_PAGES = BACKSTOP_PAGES // 2  # a WAL this long, all but copied: the round closes it
 _CLOSE_TRIES = 5  # tries for the write lock to close the WAL, `_PASS_PAUSE` apart
 _PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
+_USER_VERSION = "PRAGMA user_version"  # unused by either library: rewritten to start the WAL over
 TRIM_MIN_PAGES = 256  # free pages kept at least (the next writes reuse them)
 TRIM_PAGES = 128  # free pages returned per round: the write lock is held briefly
 
@@ -169,18 +170,37 @@ def _close_wal(store: Checkpointed, con: sqlite3.Connection) -> None:
     while it syncs), so the WAL grew to `BACKSTOP_PAGES` and each commit past it ran a
     checkpoint of its own, two fsyncs inside a ``set``, until one happened to end it. Here the
     pages are all but copied already: the write lock (one try, on this thread's connection, its
-    release waking waiters as any writer's) is held for one short checkpoint of the tail.
+    release waking waiters as any writer's) is held for one short checkpoint of the tail. Then
+    this thread starts the WAL over itself (`_start_wal_over`) unless a writer comes first.
     """
     try:
         for _ in range(_CLOSE_TRIES):
             try:
                 with store.transaction(timeout=0.0):
-                    con.execute(_PASSIVE).fetchone()
-                return
+                    busy, log, copied = con.execute(_PASSIVE).fetchone()
             except Timeout:
                 time.sleep(_PASS_PAUSE)  # a writer holds the lock: after its commit
+                continue
+            if not busy and log == copied:
+                _start_wal_over(store)
+            return
+    except (DiskCacheError, sqlite3.Error, OSError):
+        pass  # read-only now, full disk: the writers' backstop checkpoints meanwhile
     finally:
         store.pool.close_current()  # none left open to a fork or to close()
+
+
+def _start_wal_over(store: Checkpointed) -> None:
+    """Right after `_close_wal` copied all of the WAL: commit one page (the database header,
+    unchanged: ``user_version`` set to its own value) in a transaction that starts the WAL
+    over, so that this thread, not a writer's ``set``, waits for the fsync SQLite makes of a
+    new WAL's header. A writer that takes the lock first starts the WAL over itself."""
+    try:
+        with store.transaction(timeout=0.0) as state:
+            (version,) = state.execute(_USER_VERSION).fetchone()
+            state.execute(f"{_USER_VERSION} = {int(version)}").fetchall()
+    except Timeout:
+        pass
 
 
 def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:

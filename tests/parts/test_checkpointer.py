@@ -426,7 +426,7 @@ def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatc
     """Under a stream of writes no checkpoint alone reaches the WAL's end, so no writer could
     start the WAL over: it grew to the writers' backstop, and each commit past that ran a
     checkpoint of its own (fsyncs inside a set). A round that finds a long WAL all but copied
-    copies the rest with the write lock held for that moment: the next write starts it over."""
+    copies the rest with the write lock held for that moment, and starts the WAL over itself."""
     from diskcache_core._store import store as _store_module
 
     monkeypatch.setattr(_store_module, 'note_commit', lambda store: None)  # rounds run here
@@ -449,9 +449,12 @@ def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatc
     monkeypatch.undo()
     reader.close()
     assert stream.commits >= 1
+    assert stream.refused >= 1  # the closing checkpoint ran with the write lock held
+    # The round started the WAL over itself: no writer's set waits for that fsync.
+    assert _wal_restarts(cache) == restarts + 1
+    assert pragma(cache, 'user_version') == 0
     cache.set('after', b'x')
     assert _wal_restarts(cache) == restarts + 1
-    assert stream.refused >= 1  # the closing checkpoint ran with the write lock held
     assert cache['after'] == b'x' and writer[('stream', 0)] == b'x'
     assert all(cache[key] == VALUE for key in range(number))
     writer.close()
