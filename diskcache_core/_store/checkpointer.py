@@ -58,6 +58,7 @@ PASS_BYTES = 2**20  # bytes this process wrote to the WAL from which a round che
 _AGAIN_BYTES = 2**18  # written during a checkpoint: another one in the same round
 _TAIL_PAGES = 64  # pages a round may leave uncopied
 CLOSE_PAGES = BACKSTOP_PAGES // 2  # a WAL this long, all but copied: the round closes it
+_CLOSE_PASS_LIMIT = 0.002  # seconds a short checkpoint may take for a round to close the WAL
 _CLOSE_TRIES = 5  # tries for the write lock to close the WAL, `_PASS_PAUSE` apart
 _PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 _USER_VERSION = "PRAGMA user_version"  # unused by either library: rewritten to start the WAL over
@@ -226,7 +227,12 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
                 return False  # its cache is closing
             time.sleep(_PASS_PAUSE)  # writers are adding pages: copy them as they come
         if not busy and log >= CLOSE_PAGES and log - copied <= _TAIL_PAGES and go_on():
-            _close_wal(store, con)
+            # One more pass copies what came meanwhile, and times what closing would take:
+            # its two fsyncs, for which writers would wait. Slow now: not this round.
+            began = time.monotonic()
+            busy, log, copied = con.execute(_PASSIVE).fetchone()
+            if not busy and time.monotonic() - began <= _CLOSE_PASS_LIMIT:
+                _close_wal(store, con)
         free = pages = 0
         if con.execute(sql.AUTO_VACUUM).fetchone()[0] == sql.INCREMENTAL_VACUUM:
             (free,) = con.execute(sql.FREELIST_COUNT).fetchone()

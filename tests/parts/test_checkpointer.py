@@ -422,33 +422,47 @@ class _Row:
         return self.row
 
 
-def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatch):
-    """Under a stream of writes no checkpoint alone reaches the WAL's end, so no writer could
-    start the WAL over: it grew to the writers' backstop, and each commit past that ran a
-    checkpoint of its own (fsyncs inside a set). A round that finds a long WAL all but copied
-    copies the rest with the write lock held for that moment, and starts the WAL over itself."""
+def _long_wal_under_a_stream(tmp_path, monkeypatch):
+    """A cache whose WAL is past CLOSE_PAGES and that no writer checkpoints, a second Cache
+    object on it whose writes stand for the stream, and the WAL's restarts so far; rounds run
+    only when the test calls them."""
     from diskcache_core._store import store as _store_module
 
-    monkeypatch.setattr(_store_module, 'note_commit', lambda store: None)  # rounds run here
+    monkeypatch.setattr(_store_module, 'note_commit', lambda store: None)
     directory = str(tmp_path / 'c')
-    # No writer checkpoints: only the round can.
-    cache = dc.Cache(directory, sqlite_wal_autocheckpoint=100_000)
+    cache = dc.Cache(directory, sqlite_wal_autocheckpoint=100_000)  # no writer checkpoints
     writer = dc.Cache(directory, timeout=0)
     cache.set(0, VALUE)
     number = 1
     while os.path.getsize(database(cache) + '-wal') < (_checkpointer.CLOSE_PAGES + 100) * 4120:
         cache.set(number, VALUE)
         number += 1
-    restarts = _wal_restarts(cache)
+    return cache, writer, number, _wal_restarts(cache)
+
+
+def _round_under_a_stream(cache, writer, number, monkeypatch) -> _WriterAfterEachCheckpoint:
+    """One round on `cache` while `writer` commits after each of its checkpoints; the first
+    of those commits comes while a reader that began before still reads."""
     reader = sqlite3.connect(database(cache), isolation_level=None)  # SQLite's own open
     reader.execute('BEGIN')
     assert reader.execute('SELECT COUNT(*) FROM Cache').fetchone() == (number,)
     stream = _WriterAfterEachCheckpoint(writer, reader)
-    monkeypatch.setattr(_checkpointer, 'sqlite3', stream)
-    _checkpointer._round(cache._store, lambda: True)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(_checkpointer, 'sqlite3', stream)
+        _checkpointer._round(cache._store, lambda: True)
     reader.close()
     assert stream.commits >= 1
+    return stream
+
+
+def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatch):
+    """Under a stream of writes no checkpoint alone reaches the WAL's end, so no writer could
+    start the WAL over: it grew to the writers' backstop, and each commit past that ran a
+    checkpoint of its own (fsyncs inside a set). A round that finds a long WAL all but copied
+    copies the rest with the write lock held for that moment, and starts the WAL over itself."""
+    monkeypatch.setattr(_checkpointer, '_CLOSE_PASS_LIMIT', 60.0)  # however loaded the machine
+    cache, writer, number, restarts = _long_wal_under_a_stream(tmp_path, monkeypatch)
+    stream = _round_under_a_stream(cache, writer, number, monkeypatch)
     assert stream.refused >= 1  # the closing checkpoint ran with the write lock held
     # The round started the WAL over itself: no writer's set waits for that fsync.
     assert _wal_restarts(cache) == restarts + 1
@@ -456,6 +470,20 @@ def test_a_round_closes_the_wal_that_writers_keep_adding_to(tmp_path, monkeypatc
     cache.set('after', b'x')
     assert _wal_restarts(cache) == restarts + 1
     assert cache['after'] == b'x' and writer[('stream', 0)] == b'x'
+    assert all(cache[key] == VALUE for key in range(number))
+    writer.close()
+    cache.close()
+
+
+def test_a_round_leaves_the_wal_open_while_checkpoints_are_slow(tmp_path, monkeypatch):
+    """Closing the WAL holds the write lock for a checkpoint's two fsyncs: while a short
+    checkpoint takes longer than _CLOSE_PASS_LIMIT (a device busy writing back), the round
+    does not, and writers never wait for it."""
+    monkeypatch.setattr(_checkpointer, '_CLOSE_PASS_LIMIT', 0.0)
+    cache, writer, number, _ = _long_wal_under_a_stream(tmp_path, monkeypatch)
+    stream = _round_under_a_stream(cache, writer, number, monkeypatch)
+    assert stream.refused == 0  # the write lock was never taken: no writer waited
+    assert stream.commits >= 2
     assert all(cache[key] == VALUE for key in range(number))
     writer.close()
     cache.close()
