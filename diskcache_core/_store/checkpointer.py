@@ -12,6 +12,13 @@ process does that work for every cache the process writes:
   crosses it copies a short tail (and its checkpoint, complete, lets the next writer start the
   WAL over, which the thread's alone, with writers adding pages meanwhile, cannot); and the WAL
   stays bounded when the thread is kept off the CPU.
+- Under a stream of commits no PASSIVE checkpoint reaches the WAL's end (a commit comes while it
+  waits for its fsyncs), so no writer could start the WAL over: it grew to `BACKSTOP_PAGES`,
+  and each commit past that ran a checkpoint of its own until one happened to reach the end.
+  So a round that finds the WAL past `CLOSE_PAGES` and all but copied *closes* it: it copies
+  the last pages with the write lock held for that moment (one short checkpoint, only while a
+  short checkpoint just before took under `_CLOSE_PASS_LIMIT`: writers would wait for its
+  fsyncs), then starts the WAL over itself, so that the fsync of a new WAL's header is its own.
 - Where the database uses incremental auto-vacuum (the default for new caches), freed pages stay
   in the file's free list, and the next writes reuse them: no commit relocates pages to shrink
   the file, as full auto-vacuum does in the middle of a cull. When the free list exceeds
@@ -75,10 +82,13 @@ class Checkpointed(Protocol):
     free_pages_left: bool  # the last round left many free pages
     pool: Any
 
-    def return_free_pages(self, pages: int, timeout: float | None = None) -> None: ...
+    def return_free_pages(
+        self, pages: int, timeout: float | None = None, counted: bool = True
+    ) -> None: ...
 
     def transaction(
-        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None
+        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None,
+        counted: bool = True,
     ) -> ContextManager[Any]: ...
 
 
@@ -177,7 +187,7 @@ def _close_wal(store: Checkpointed, con: sqlite3.Connection) -> None:
     try:
         for _ in range(_CLOSE_TRIES):
             try:
-                with store.transaction(timeout=0.0):
+                with store.transaction(timeout=0.0, counted=False):
                     busy, log, copied = con.execute(_PASSIVE).fetchone()
             except Timeout:
                 time.sleep(_PASS_PAUSE)  # a writer holds the lock: after its commit
@@ -197,7 +207,7 @@ def _start_wal_over(store: Checkpointed) -> None:
     over, so that this thread, not a writer's ``set``, waits for the fsync SQLite makes of a
     new WAL's header. A writer that takes the lock first starts the WAL over itself."""
     try:
-        with store.transaction(timeout=0.0) as state:
+        with store.transaction(timeout=0.0, counted=False) as state:
             (version,) = state.execute(_USER_VERSION).fetchone()
             state.execute(f"{_USER_VERSION} = {int(version)}").fetchall()
     except Timeout:
@@ -247,7 +257,7 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
     if not store.free_pages_left or not go_on():
         return False
     try:
-        store.return_free_pages(TRIM_PAGES, timeout=0.0)  # one try for the write lock
+        store.return_free_pages(TRIM_PAGES, timeout=0.0, counted=False)  # one try for the lock
     except Timeout:
         return True  # the write lock was busy: again next round (the cache may go quiet now)
     except (DiskCacheError, sqlite3.Error, OSError):

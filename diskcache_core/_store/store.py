@@ -339,11 +339,13 @@ class Store:
         if self.handoff is not None:
             self.handoff = lock_handoff(words)
 
-    def return_free_pages(self, pages: int, timeout: float | None = None) -> None:
+    def return_free_pages(
+        self, pages: int, timeout: float | None = None, counted: bool = True
+    ) -> None:
         """Return up to `pages` free pages to the file system, in one transaction. Only a
         database with incremental auto-vacuum returns any: callers check that first (elsewhere
-        each step of the loop does nothing). `timeout`: as for `transaction`."""
-        with self.transaction(timeout=timeout) as state:
+        each step of the loop does nothing). `timeout`, `counted`: as for `transaction`."""
+        with self.transaction(timeout=timeout, counted=counted) as state:
             (free,) = state.execute(FREELIST_COUNT).fetchone()
             for _ in range(min(int(pages), free)):
                 state.execute(RETURN_FREE_PAGE).fetchall()
@@ -371,7 +373,8 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(
-        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None
+        self, retry: bool = False, new_file: str | None = None, timeout: float | None = None,
+        counted: bool = True,
     ) -> Iterator[ThreadState]:
         """BEGIN IMMEDIATE ... COMMIT on this thread's connection; nested calls join the outer.
 
@@ -380,6 +383,8 @@ class Store:
 
         Statements run with ``state.execute``; bytes they write are added to ``state.txn.charge``.
         `timeout` replaces the cache's wait for the write lock, for this transaction.
+        `counted`: its wait for the lock counts in ``writes`` (`Cache.metrics`); False for the
+        library's background work, whose one-try waits are not the application's.
         """
         if self.pool.read_only:  # (else SQLite's refusal would read as a rolled-back block)
             if new_file is not None:
@@ -404,7 +409,7 @@ class Store:
             return
         try:
             try:
-                self._begin(state, retry, timeout)
+                self._begin(state, retry, timeout, self.writes if counted else WriteCounts())
             except BaseException as exc:
                 # A signal handler may raise just as BEGIN returned: leave no transaction open.
                 self._rollback(state)
@@ -469,7 +474,9 @@ class Store:
             state.txn.charge = state.txn.logged = 0
             self._after_commit(state, 0, 0)
 
-    def _begin(self, state: ThreadState, retry: bool, timeout: float | None) -> None:
+    def _begin(
+        self, state: ThreadState, retry: bool, timeout: float | None, counts: WriteCounts
+    ) -> None:
         begin = "BEGIN IMMEDIATE"
         if timeout is not None and self.handoff is None:  # the busy handler waits: shorten it
             state.execute(set_pragma("busy_timeout", int(timeout * 1000)))
@@ -481,7 +488,7 @@ class Store:
                     raise
                 wait_for_lock(
                     self.handoff, lambda: state.execute(begin), exc, retry,
-                    self.timeout if timeout is None else timeout, self.writes,
+                    self.timeout if timeout is None else timeout, counts,
                 )
         finally:
             if timeout is not None and self.handoff is None:

@@ -123,14 +123,14 @@ def test_a_trim_that_finds_the_lock_busy_is_tried_again_with_no_write_after(tmp_
     written = threading.Event()
     busy_after = []
 
-    def busy_until_twice_after_the_writes(pages, timeout=None):
+    def busy_until_twice_after_the_writes(pages, timeout=None, counted=True):
         if timeout == 0.0:  # the thread's one try (the evictor waits)
             if not written.is_set():
                 raise dc.Timeout('database is locked')
             if len(busy_after) < 2:
                 busy_after.append(pages)
                 raise dc.Timeout('database is locked')
-        real_return(pages, timeout)
+        real_return(pages, timeout, counted)
 
     store.return_free_pages = busy_until_twice_after_the_writes
     for number in range(500):
@@ -486,4 +486,33 @@ def test_a_round_leaves_the_wal_open_while_checkpoints_are_slow(tmp_path, monkey
     assert stream.commits >= 2
     assert all(cache[key] == VALUE for key in range(number))
     writer.close()
+    cache.close()
+
+
+def test_the_threads_tries_for_the_lock_are_not_the_applications_waits(tmp_path):
+    """Closing the WAL and returning free pages try for the write lock without waiting; a try
+    that finds it held is no write of the application that waited or gave up (Cache.metrics,
+    whose give-ups one would alert on). The application's own tries still count."""
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(500):
+        cache.set(number, VALUE)
+    for number in range(450):
+        del cache[number]
+    before = cache.metrics().writes
+    holder = sqlite3.connect(database(cache), isolation_level=None)  # SQLite's own open
+    con = sqlite3.connect(database(cache), isolation_level=None)
+    try:
+        holder.execute('BEGIN IMMEDIATE')  # holds the write lock
+        _checkpointer._close_wal(cache._store, con)
+        with pytest.raises(dc.Timeout):
+            cache._store.return_free_pages(10, timeout=0.0, counted=False)
+        assert cache.metrics().writes == before
+        with pytest.raises(dc.Timeout):
+            cache._store.return_free_pages(10, timeout=0.0)
+    finally:
+        con.close()
+        holder.execute('ROLLBACK')
+        holder.close()
+    after = cache.metrics().writes
+    assert (after.lock_waits, after.give_ups) == (before.lock_waits + 1, before.give_ups + 1)
     cache.close()
