@@ -19,6 +19,8 @@ process does that work for every cache the process writes:
   the last pages with the write lock held for that moment (one short checkpoint, only while a
   short checkpoint just before took under `_CLOSE_PASS_LIMIT`: writers would wait for its
   fsyncs), then starts the WAL over itself, so that the fsync of a new WAL's header is its own.
+  Likewise when writes have stopped and a round's checkpoint copied the whole WAL (the end of a
+  burst): the next writer would start the WAL over, waiting in its set for that fsync.
 - Where the database uses incremental auto-vacuum (the default for new caches), freed pages stay
   in the file's free list, and the next writes reuse them: no commit relocates pages to shrink
   the file, as full auto-vacuum does in the middle of a cull. When the free list exceeds
@@ -205,7 +207,7 @@ def _close_wal(store: Checkpointed, con: sqlite3.Connection) -> None:
 
 
 def _start_wal_over(store: Checkpointed) -> None:
-    """Right after `_close_wal` copied all of the WAL: commit one page (the database header,
+    """Once a checkpoint has copied all of the WAL: commit one page (the database header,
     unchanged: ``user_version`` set to its own value) in a transaction that starts the WAL
     over, so that this thread, not a writer's ``set``, waits for the fsync SQLite makes of a
     new WAL's header. A writer that takes the lock first starts the WAL over itself."""
@@ -213,8 +215,10 @@ def _start_wal_over(store: Checkpointed) -> None:
         with store.transaction(timeout=0.0, counted=False) as state:
             (version,) = state.execute(_USER_VERSION).fetchone()
             state.execute(f"{_USER_VERSION} = {int(version)}").fetchall()
-    except Timeout:
-        pass
+    except (Timeout, DiskCacheError, sqlite3.Error, OSError):
+        pass  # a writer holds the lock (it starts the WAL over); read-only now, full disk
+    finally:
+        store.pool.close_current()  # none left open to a fork or to close()
 
 
 def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
@@ -246,6 +250,12 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
             busy, log, copied = con.execute(_PASSIVE).fetchone()
             if not busy and time.monotonic() - began <= _CLOSE_PASS_LIMIT:
                 _close_wal(store, con)
+        elif not busy and log > 1 and log == copied and go_on():
+            # All copied, writers quiet (after a burst, say): unless a commit came since (a
+            # checkpoint with nothing to copy syncs nothing), start the WAL over here, or the
+            # next writer's set would wait for the new header's fsync.
+            if tuple(con.execute(_PASSIVE).fetchone()) == (0, log, log):
+                _start_wal_over(store)
         free = pages = 0
         if con.execute(sql.AUTO_VACUUM).fetchone()[0] == sql.INCREMENTAL_VACUUM:
             (free,) = con.execute(sql.FREELIST_COUNT).fetchone()

@@ -516,3 +516,31 @@ def test_the_threads_tries_for_the_lock_are_not_the_applications_waits(tmp_path)
     after = cache.metrics().writes
     assert (after.lock_waits, after.give_ups) == (before.lock_waits + 1, before.give_ups + 1)
     cache.close()
+
+
+def test_a_round_that_copies_all_of_a_quiet_wal_starts_it_over(tmp_path, monkeypatch):
+    """Writes stop (the end of a burst): the round's checkpoint copies the whole WAL, and the
+    next writer would start the WAL over, waiting in its set for the fsync of the new header
+    (milliseconds: python-diskcache's next set, its WAL not checkpointed, waits for none). The
+    round starts it over itself."""
+    from diskcache_core._store import store as _store_module
+
+    monkeypatch.setattr(_store_module, 'note_commit', lambda store: None)  # rounds run here
+    cache = dc.Cache(str(tmp_path / 'c'))
+    for number in range(100):  # past PASS_BYTES, below CLOSE_PAGES: not a long WAL to close
+        cache.set(number, VALUE)
+    assert cache._store.wal_bytes >= _checkpointer.PASS_BYTES
+    assert os.path.getsize(database(cache) + '-wal') < _checkpointer.CLOSE_PAGES * 4120
+    restarts = _wal_restarts(cache)
+    # On a thread of its own, as the checkpoint thread's: this thread's connection stays open.
+    round_thread = threading.Thread(target=_checkpointer._round, args=(cache._store, lambda: True))
+    round_thread.start()
+    round_thread.join(60)
+    assert not round_thread.is_alive()
+    assert _wal_restarts(cache) == restarts + 1
+    cache.set('after', b'x')
+    assert _wal_restarts(cache) == restarts + 1  # this set appended to the new WAL
+    assert cache['after'] == b'x'
+    assert all(cache[number] == VALUE for number in range(100))
+    assert pragma(cache, 'user_version') == 0
+    cache.close()
