@@ -56,7 +56,9 @@ from typing import Any, Callable, ContextManager, Protocol
 from . import schema as sql
 from .._errors import DiskCacheError, Timeout, is_busy
 
-__all__ = ["BACKSTOP_PAGES", "CLOSE_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds"]
+__all__ = [
+    "BACKSTOP_PAGES", "CLOSE_PAGES", "PASS_BYTES", "forget", "is_due", "note_commit", "rounds",
+]
 
 INTERVAL = 0.010  # seconds between rounds while caches are being written
 IDLE_EXIT = 1.0  # seconds without a round due after which the thread exits (restarted on demand)
@@ -250,10 +252,10 @@ def _round(store: Checkpointed, go_on: Callable[[], bool]) -> bool:
             busy, log, copied = con.execute(_PASSIVE).fetchone()
             if not busy and time.monotonic() - began <= _CLOSE_PASS_LIMIT:
                 _close_wal(store, con)
-        elif not busy and log > 1 and log == copied and go_on():
-            # All copied, writers quiet (after a burst, say): unless a commit came since (a
-            # checkpoint with nothing to copy syncs nothing), start the WAL over here, or the
-            # next writer's set would wait for the new header's fsync.
+        elif not busy and log > 1 and log == copied and not store.wal_bytes and go_on():
+            # All copied, and no commit of this process since (the end of a burst, say): unless
+            # another's came (a checkpoint with nothing to copy syncs nothing), start the WAL
+            # over here, or the next writer's set would wait for the new header's fsync.
             if tuple(con.execute(_PASSIVE).fetchone()) == (0, log, log):
                 _start_wal_over(store)
         free = pages = 0
