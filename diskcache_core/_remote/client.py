@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -104,21 +106,12 @@ class RemoteStore:
         self.sent = CommandCounts()  # commands sent and failed, for `Cache.metrics`
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
-        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         self.client: Any = None
+        self._shared: _SharedKey | None = None
         if self.cluster and not connect:
             return
-        try:
-            if self.cluster:
-                self.client = _ClusterClient.from_url(
-                    plain_url, **options, **_NO_CLUSTER_RETRIES
-                )
-            else:  # (no retry: a command sent again after a timeout could run twice)
-                self.client = redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"remote URL {url!r}: {exc}") from None
-        except _REDIS_ERRORS as exc:  # a cluster client connects at once
-            raise _translated(exc, url) from exc
+        self._shared = (os.getpid(), plain_url, self.cluster, timeout)
+        self.client = _shared_client(self._shared, url)
         self._evict_tag = self.client.register_script(_EVICT_TAG)
         self.tag_names = TagNames(prefix, self.cluster)
         self._write = self.client.register_script(tagged.WRITE)
@@ -408,12 +401,17 @@ class RemoteStore:
         return parts.hostname or "localhost", parts.port or 6379
 
     def close(self) -> None:
-        """Close the connections no call is using. A call in flight on another thread goes on
-        to its answer (the application's close is no outage, and a write's outcome stays
-        known); its connection goes back to the pool, and is closed by a later close or with
-        the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
+        """One user fewer of the process's shared client; the last one closes the connections
+        no call is using. A call in flight on another thread goes on to its answer (the
+        application's close is no outage, and a write's outcome stays known); its connection
+        goes back to the pool, and is closed by a later close or with the client. So a
+        Cache's SQLite connections are closed (`Cache.close`). A store used again after its
+        close still works (redis-py connects again), outside the shared count."""
         if self.client is None:
             return
+        shared, self._shared = self._shared, None
+        if not _release_client(shared, self.client):
+            return  # other caches of this process use its connections
         try:
             if self.cluster:
                 pools = [
@@ -426,6 +424,61 @@ class RemoteStore:
                 pool.disconnect(inuse_connections=False)
         except _REDIS_ERRORS:
             pass
+
+
+# One client (and so one connection pool) per remote in this process, shared by every store of
+# it: a FanoutCache's shards and every Cache of the URL. Made per store, a FanoutCache(8)'s
+# first gets paid eight connects (one per shard's pool), and a cluster client's topology was
+# read once per shard. Keyed by the process too: a forked child makes its own (redis-py's pools
+# also start afresh in a child, but a cluster client's topology lock may be held at the fork).
+_SharedKey = tuple[int, str, bool, float]  # (pid, URL without `cluster`, cluster, timeout)
+# key -> [the client (weakly: caches dropped unclosed leave no client behind), its users]
+_clients: dict[_SharedKey, list[Any]] = {}
+_clients_lock = threading.Lock()
+
+
+def _shared_client(key: _SharedKey, url: str) -> Any:
+    """The process's client of the remote `key` names, made on first use; one more user."""
+    with _clients_lock:
+        entry = _clients.get(key)
+        client = None if entry is None else entry[0]()
+        if entry is None or client is None:
+            _, plain_url, cluster, timeout = key
+            client = _new_client(plain_url, cluster, timeout, url)
+            entry = [weakref.ref(client), 0]
+            _clients[key] = entry
+        entry[1] += 1
+        return client
+
+
+def _release_client(key: _SharedKey | None, client: Any) -> bool:
+    """One user fewer of the shared `client` (`key`: its key; None: this user had released it
+    already); True when no user is left (then it is forgotten: the next store makes another)."""
+    with _clients_lock:
+        entry = None if key is None else _clients.get(key)
+        if key is None or entry is None or entry[0]() is not client:
+            return not any(
+                other[0]() is client and other[1] > 0 for other in _clients.values()
+            )
+        entry[1] -= 1
+        if entry[1] > 0:
+            return False
+        del _clients[key]
+        return True
+
+
+def _new_client(plain_url: str, cluster: bool, timeout: float, url: str) -> Any:
+    """A redis-py client of the remote, without retries (a command sent again after a timeout
+    could run twice)."""
+    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    try:
+        if cluster:
+            return _ClusterClient.from_url(plain_url, **options, **_NO_CLUSTER_RETRIES)
+        return redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"remote URL {url!r}: {exc}") from None
+    except _REDIS_ERRORS as exc:  # a cluster client connects at once
+        raise _translated(exc, url) from exc
 
 
 class _ClusterClient(redis.cluster.RedisCluster):

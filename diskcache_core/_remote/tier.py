@@ -158,6 +158,12 @@ class RemoteTier(RemoteTagOperations):
                 found = self._local_copy(db_key, raw, index, read, now)
             else:  # a copy not yet written
                 found = disk.fetch(waiting.mode, None, waiting.db_value, read), waiting.expires
+                inline = waiting.db_value
+                if memory is not None and not read and not (
+                    type(inline) in (bytes, str) and len(inline) >= disk.min_file_size > 0
+                ):
+                    self._remember(db_key, raw, waiting.mode, waiting.db_value, found[0],
+                                   waiting.expires, index, waiting.stamp)
             if found is not None:
                 self.answered.local += 1
                 if reads is not None:
@@ -226,14 +232,16 @@ class RemoteTier(RemoteTagOperations):
 
     def _keep(
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
-        expires: float | None, index: int, stamp: int,
+        expires: float | None, index: int, stamp: int, memory_stamp: int = 0,
     ) -> None:
         """Keep what Redis answered as this host's copy, under the stamp read before asking:
-        in the memory tier at once (an inline value), in the database by the background
-        writer (`_write_fills`), off the caller's path."""
+        in the memory tier at once (an inline value; under `memory_stamp` when given), in the
+        database by the background writer (`_write_fills`), off the caller's path."""
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
         if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
-            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+            self._remember(
+                db_key, raw, mode, db_value, value, expires, index, memory_stamp or stamp
+            )
         self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
 
     def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
@@ -313,15 +321,50 @@ class RemoteTier(RemoteTagOperations):
         name = encode_key(db_key, raw)
         only_new = statement is sql.ADD
         tags = extras if tag is None else (tag, *extras)
+        index = self._words.index(stamp_hash(name))
+        mine = self._words.expect(index)  # (before sending: see _remote/stamps.py)
         stored = self._written(
             name, lambda: self._remote.set(name, data, expires, only_new, tags)
         )
         if stored:
-            self._bump(name)
+            now, stamp = self._bump_own(index, mine)
+            # This host's copy of what it wrote (a stored write always changed the item in
+            # Redis, so its echo comes): in this process's memory tier under the stamp just
+            # set, servable at once until the next change heard; in the database (for every
+            # process of the host) under `stamp`, servable from the echo on.
+            self._keep(db_key, raw, key, mode, db_value, value, read, expires, index, stamp, now)
         return stored
 
-    def _bump(self, name: bytes) -> None:
-        self._words.bump(self._words.index(stamp_hash(name)))
+    def _bump_own(self, index: int, mine: int) -> tuple[int, int]:
+        """After a write that changed its item in Redis returned (`mine`: its expected stamp):
+        bump the bucket; the stamp set, and the one a copy of the write is servable under
+        from its echo on: `mine`, or the stamp set when the echo was heard already (its
+        expected stamp, installed, was just replaced)."""
+        heard_already = self._stamps[index] == mine
+        now = self._words.bump(index, mine)
+        return now, now if heard_already else mine
+
+    def _bump(self, name: bytes, mine: int = 0) -> None:
+        """A fresh stamp for `name`'s bucket once a write of it returned (`mine`: the
+        expected stamp of this write's own copy, kept; see `RemoteWords.bump`)."""
+        self._words.bump(self._words.index(stamp_hash(name)), mine)
+
+    def _absent(self, name: bytes) -> tuple[int, int]:
+        """Before sending a removal of `name`: its bucket and the stamp this host's "absent"
+        entry will carry (`_keep_absent`)."""
+        index = self._words.index(stamp_hash(name))
+        return index, self._words.expect(index)
+
+    def _keep_absent(self, key: Any, index: int, mine: int) -> None:
+        """After a removal that removed the item from Redis (so its echo comes): the memory
+        tier answers "absent" for it once the echo is heard (see `store_item`)."""
+        memory = self._memory
+        if memory is None:
+            return
+        db_key, raw = put_key(self._disk, key)
+        map_key = memory.map_key(db_key, raw)
+        if map_key is not None:
+            memory.store(map_key, None, ABSENT, index, mine, None, db_key, raw)
 
     def _written(self, name: bytes, write: Callable[[], _T]) -> _T:
         """``write()``; when its outcome is unknown (RemoteOutcomeUnknownError, raised on), the
@@ -348,16 +391,22 @@ class RemoteTier(RemoteTagOperations):
     def delete(self, key: Any) -> bool:
         """Remove `key` (and its tag memberships) from Redis; True when it was there."""
         name = self._name(key)
+        index, mine = self._absent(name)
         removed = self._written(name, lambda: self._remote.delete(name))
-        self._bump(name)
+        stamp = self._bump_own(index, mine)[1]
+        if removed:
+            self._keep_absent(key, index, stamp)
         self.removed.explicit += removed
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
         name = self._name(key)
+        index, mine = self._absent(name)
         data = self._written(name, lambda: self._remote.pop(name))
-        self._bump(name)
+        stamp = self._bump_own(index, mine)[1]
+        if data is not None:
+            self._keep_absent(key, index, stamp)
         self.removed.explicit += data is not None
         item = None if data is None else decode_item(data)
         if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
