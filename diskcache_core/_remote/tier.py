@@ -331,8 +331,14 @@ class RemoteTier(RemoteTagOperations):
             # This host's copy of what it wrote (a stored write always changed the item in
             # Redis, so its echo comes): in this process's memory tier under the stamp just
             # set, servable at once until the next change heard; in the database (for every
-            # process of the host) under `stamp`, servable from the echo on.
-            self._keep(db_key, raw, key, mode, db_value, value, read, expires, index, stamp, now)
+            # process of the host) under `stamp`, servable from the echo on. Inline values
+            # only, as the refresher's: a value file per write would be written whether or not
+            # this host reads it again (a reader's get keeps one).
+            inline = len(db_value) if type(db_value) in (bytes, str) else 0
+            if not inline >= self._disk.min_file_size > 0:
+                self._keep(
+                    db_key, raw, key, mode, db_value, value, read, expires, index, stamp, now
+                )
         return stored
 
     def _bump_own(self, index: int, mine: int) -> tuple[int, int]:

@@ -143,6 +143,23 @@ def test_a_deletion_keeps_absent_past_its_echo(tmp_path, options):
         cache.close()
 
 
+def test_a_large_value_written_leaves_no_value_file_on_the_writers_host(tmp_path, options):
+    """As the refresher, the writer keeps inline values only: a value file per write would be
+    written whether or not the host reads it again."""
+    cache = Cache(str(tmp_path / "a"), disk_min_file_size=1024, **options)
+    try:
+        eventually(lambda: cache._remote._leased())
+        set_and_hear(cache, "small", b"s" * 100)
+        set_and_hear(cache, "large", b"l" * 4096)
+        cache._remote.flush_fills()
+        assert cache.read_sql("SELECT key, filename FROM Cache ORDER BY key") == [
+            ("small", None)
+        ]
+        assert cache.get("large") == b"l" * 4096  # (from Redis)
+    finally:
+        cache.close()
+
+
 def test_another_hosts_write_still_replaces_a_kept_copy(tmp_path, options):
     mine = Cache(str(tmp_path / "a"), **options)
     other = Cache(str(tmp_path / "b"), **options)
