@@ -254,6 +254,21 @@ class RemoteWords:
         self.words[index + _EXPECTED] = stamp
         return stamp
 
+    def expect_for(self, code: int) -> tuple[int, int]:
+        """`expect` for the bucket of `code` (`_remote.stamp_hash` of a Redis name): its word
+        index, and the stamp."""
+        index = self.index(code)
+        return index, self.expect(index)
+
+    def bump_own(self, index: int, mine: int) -> tuple[int, int]:
+        """(A writer whose write changed its item in Redis, once it returned; `mine`: its
+        expected stamp) `bump` the bucket; the stamp set, and the one the write's copy is
+        servable under from its echo on: `mine`, or the stamp set when the echo was heard
+        already (`mine`, installed, was just replaced)."""
+        heard_already = self.words[index] == mine
+        now = self.bump(index, mine)
+        return now, now if heard_already else mine
+
     def expected(self, index: int) -> int:
         """The stamp the next change heard in bucket `index` installs (0: a random one)."""
         return int(self.words[index + _EXPECTED])

@@ -27,17 +27,16 @@ from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
-from .fills import Fill, Fills, write_copies
-from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
+from .fills import Fill, Fills, renew_copies, write_copies
+from .form import decode_item, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .tagops import RemoteTagOperations
 from .._settings import REMOTE_DEFAULTS
-from .._store.store import MIN_WRITE_CHARGE, Store
+from .._store.store import Store
 from .._store.versionfile import weak_method
 
 __all__ = ["RemoteTier"]
 
-_REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
 _T = TypeVar("_T")
 
 
@@ -265,37 +264,9 @@ class RemoteTier(RemoteTagOperations):
         waits for a reader, as does a new value at or above ``disk_min_file_size``. A busy
         lock is waited for briefly.
         """
-        store = self._store
-        held: list[tuple[Any, bool, bytes, int]] = []
-        for name in dict.fromkeys(names):
-            decoded = decode_key(name)
-            if decoded is None:
-                continue
-            db_key, raw = decoded
-            if store.read(sql.SELECT_HELD, (db_key, raw)):
-                held.append((db_key, raw, name, self._words.index(stamp_hash(name))))
-        if not held:
-            return 0
-        stamps = [self._stamps[index] for _, _, _, index in held]  # before Redis is asked
-        found = self._remote.get_many([self._remote.name(name) for _, _, name, _ in held])
-        limit = self._disk.min_file_size
-        now = time.time()
-        renewed = 0
-        with store.transaction(timeout=_REFRESH_WAIT):
-            for (db_key, raw, _, index), stamp, data in zip(held, stamps, found):
-                if data is None or self._stamps[index] != stamp:
-                    continue  # gone from Redis, or changed again: the next reader asks Redis
-                item = decode_item(data)
-                db_value = item.db_value
-                inline = len(db_value) if type(db_value) in (bytes, str) else 0
-                if (item.expire_time is not None and item.expire_time <= now) or (
-                    inline >= limit > 0
-                ):
-                    continue
-                params = (db_key, raw, now, item.expire_time, stamp, 0, item.mode, None, db_value)
-                store.write(sql.UPSERT, params, False, None, max(inline, MIN_WRITE_CHARGE))
-                renewed += 1
-        return renewed
+        return renew_copies(
+            self._store, self._disk, self._remote, self._words, self._stamps, names
+        )
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -321,13 +292,12 @@ class RemoteTier(RemoteTagOperations):
         name = encode_key(db_key, raw)
         only_new = statement is sql.ADD
         tags = extras if tag is None else (tag, *extras)
-        index = self._words.index(stamp_hash(name))
-        mine = self._words.expect(index)  # (before sending: see _remote/stamps.py)
+        index, mine = self._words.expect_for(stamp_hash(name))  # (see _remote/stamps.py)
         stored = self._written(
             name, lambda: self._remote.set(name, data, expires, only_new, tags)
         )
         if stored:
-            now, stamp = self._bump_own(index, mine)
+            now, stamp = self._words.bump_own(index, mine)
             # This host's copy of what it wrote (a stored write always changed the item in
             # Redis, so its echo comes): in this process's memory tier under the stamp just
             # set, servable at once until the next change heard; in the database (for every
@@ -341,25 +311,10 @@ class RemoteTier(RemoteTagOperations):
                 )
         return stored
 
-    def _bump_own(self, index: int, mine: int) -> tuple[int, int]:
-        """After a write that changed its item in Redis returned (`mine`: its expected stamp):
-        bump the bucket; the stamp set, and the one a copy of the write is servable under
-        from its echo on: `mine`, or the stamp set when the echo was heard already (its
-        expected stamp, installed, was just replaced)."""
-        heard_already = self._stamps[index] == mine
-        now = self._words.bump(index, mine)
-        return now, now if heard_already else mine
-
     def _bump(self, name: bytes, mine: int = 0) -> None:
         """A fresh stamp for `name`'s bucket once a write of it returned (`mine`: the
         expected stamp of this write's own copy, kept; see `RemoteWords.bump`)."""
         self._words.bump(self._words.index(stamp_hash(name)), mine)
-
-    def _absent(self, name: bytes) -> tuple[int, int]:
-        """Before sending a removal of `name`: its bucket and the stamp this host's "absent"
-        entry will carry (`_keep_absent`)."""
-        index = self._words.index(stamp_hash(name))
-        return index, self._words.expect(index)
 
     def _keep_absent(self, key: Any, index: int, mine: int) -> None:
         """After a removal that removed the item from Redis (so its echo comes): the memory
@@ -397,9 +352,9 @@ class RemoteTier(RemoteTagOperations):
     def delete(self, key: Any) -> bool:
         """Remove `key` (and its tag memberships) from Redis; True when it was there."""
         name = self._name(key)
-        index, mine = self._absent(name)
+        index, mine = self._words.expect_for(stamp_hash(name))
         removed = self._written(name, lambda: self._remote.delete(name))
-        stamp = self._bump_own(index, mine)[1]
+        stamp = self._words.bump_own(index, mine)[1]
         if removed:
             self._keep_absent(key, index, stamp)
         self.removed.explicit += removed
@@ -408,9 +363,9 @@ class RemoteTier(RemoteTagOperations):
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
         name = self._name(key)
-        index, mine = self._absent(name)
+        index, mine = self._words.expect_for(stamp_hash(name))
         data = self._written(name, lambda: self._remote.pop(name))
-        stamp = self._bump_own(index, mine)[1]
+        stamp = self._words.bump_own(index, mine)[1]
         if data is not None:
             self._keep_absent(key, index, stamp)
         self.removed.explicit += data is not None
