@@ -10,6 +10,9 @@ Coherence is the stamps' as before: each copy carries the stamp read before Redi
 is answered from the waiting map only while that stamp is unchanged, and is written with it
 (or skipped when it changed already), so a change after the read makes it unservable wherever
 it is. A copy lost (a busy lock, a full disk, a process that ends first) is a shortcut lost.
+
+`renew_copies` is the refresher's (_remote/listenerprocess.py): the host's rows of items that
+changed in Redis, read again in one MGET and written under the stamps read before it.
 """
 
 from __future__ import annotations
