@@ -274,3 +274,27 @@ def test_a_forked_child_gets_its_own_client(tmp_path, options):
         assert remote_client._clients  # (and its client still registered)
     finally:
         cache.close()
+
+
+def test_writes_load_their_script_again_when_the_server_lost_it(tmp_path, options, server):
+    """EVALSHA is sent as it is (`RemoteStore._run`): a server without the script (restarted,
+    flushed, a promoted replica) has it loaded, and the write sent again."""
+    import redis
+
+    cache = Cache(str(tmp_path / "a"), **options)
+    admin = redis.Redis.from_url(server.url)
+    try:
+        assert cache.set("k", "one")
+        admin.script_flush()
+        assert cache.set("k", "two", tag="t")
+        admin.script_flush()
+        assert cache.get("k", tags=True) == ("two", frozenset({"t"}))
+        admin.script_flush()
+        assert cache.evict_tags(["t"]) == 1
+        admin.script_flush()
+        assert cache.set("k", "three") and cache.touch("k", 60)
+        admin.script_flush()
+        assert cache.pop("k") == "three" and not cache.delete("k")
+    finally:
+        admin.close()
+        cache.close()
