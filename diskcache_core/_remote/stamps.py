@@ -265,7 +265,7 @@ class RemoteWords:
         expected stamp) `bump` the bucket; the stamp set, and the one the write's copy is
         servable under from its echo on: `mine`, or the stamp set when the echo was heard
         already (`mine`, installed, was just replaced)."""
-        heard_already = self.words[index] == mine
+        heard_already = self.words[index] == mine  # (a load, as a hit's: no size check)
         now = self.bump(index, mine)
         return now, now if heard_already else mine
 
