@@ -195,6 +195,9 @@ class MemoryTier:
         self._guard = guard
         self._admits_reads = admits_reads
         self.hit: HitPath = _never
+        # `hit` while gets look the map up; None while a sampling gap lasts. Cache.get reads
+        # this one and counts a skipped get itself (`skipped`, inline): no call per skipped get.
+        self.answering: HitPath | None = None
         self._answer: HitPath = _never
         self._skipping: HitPath = _never
         self.build_hit_path()
@@ -210,13 +213,23 @@ class MemoryTier:
 
     @property
     def hits(self) -> int:
-        """Gets (and ``in`` tests) answered from memory."""
-        return self.admission.hits
+        """Gets (and ``in`` tests) answered from memory, with a value or "absent"."""
+        admission = self.admission
+        return admission.hits + admission.absent_hits - admission.absent_at_reset
 
     @property
     def misses(self) -> int:
-        """Gets that read the store while the tier was on."""
-        return self.admission.misses
+        """Gets that read the store while the tier was on (a sampling gap's are counted as
+        it begins: those still to come are not yet misses)."""
+        admission = self.admission
+        return admission.misses - admission.skip
+
+    @property
+    def value_hits(self) -> int:
+        """Gets answered from memory with a value since the tier was made (for `Cache.metrics`,
+        whose counts `stats(reset=True)` leaves alone, as it leaves `absent_hits`)."""
+        admission = self.admission
+        return admission.hits + admission.earlier_hits
 
     @property
     def absent_hits(self) -> int:
@@ -241,10 +254,15 @@ class MemoryTier:
 
         The hottest path of all, where one method call or attribute load costs a tenth of the
         hit (measured with benchmarks.micro): everything it reads is bound once, here, and it
-        is built anew when what it binds changes (`rebind`). While a sampling gap lasts (the
+        is built anew when what it binds changes (`rebind`; whether `reads` tracks reads: the
+        eviction policy or statistics setting changed). While a sampling gap lasts (the
         admission policy's "Sampling"), `hit` is the skipping function instead, which counts
-        the skipped gets. Neither holds a reference to the tier (only a weak one, to switch
+        the skipped gets down (they are counted as misses when the gap begins), and
+        `answering` is None. Neither holds a reference to the tier (only a weak one, to switch
         between the two): a dropped cache's tier is freed at once, its version file closed.
+
+        Each answer counts once: a value in ``hits``, "absent" in ``absent_hits`` (the tier's
+        `hits` is their sum), so that a known-absent hit costs no second increment.
         """
         admission = self.admission
         recent = admission.recent
@@ -255,7 +273,9 @@ class MemoryTier:
         plain_keys = self.plain_keys
         put = self._put
         fetch = self._fetch
-        reads = self._reads
+        # Who hears of the hits: bound only while it tracks reads (rebuilt when that changes:
+        # `CacheBase._apply_setting`), so that a hit tests one name, not an attribute too.
+        reads = self._reads if self._reads is not None and self._reads.tracks_reads else None
         guard = self._guard
         admits = self._admits_reads
         stale = FILL if admits else MISS  # an invalid or expired entry: refilled if it may be
@@ -281,9 +301,11 @@ class MemoryTier:
                     admission.forget_recent()
                 recent.add(seen)
                 if admission.gap and admission.sampled_miss():
+                    admission.misses += admission.skip  # the gets it skips, counted now
                     tier = owner()
                     if tier is not None:
                         tier.hit = tier._skipping  # the next `gap` gets skip the map
+                        tier.answering = None
                 return MISS
             if words[entry.word] != entry.tag:
                 if not admits:  # (else `begin_fill` counts it, as it counts the miss)
@@ -294,32 +316,40 @@ class MemoryTier:
                 return stale
             if guard is not None and not guard():
                 return stale
-            admission.hits += 1
             try:
                 move_to_end(map_key)
             except KeyError:  # evicted by another thread just now
                 pass
             mode = entry.fetch_mode
-            if reads is not None and reads.tracks_reads:
+            if reads is not None:
                 reads.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
             if mode is None:
+                admission.hits += 1
                 return entry.stored
             if mode is ABSENT:
-                admission.absent_hits += 1
+                admission.absent_hits += 1  # (one count per hit: `hits` adds these)
                 return default
+            admission.hits += 1
             return fetch(mode, None, entry.stored, False)
 
         def skipping(key: Any, default: Any) -> Any:
-            admission.misses += 1  # a skipped get counts as a miss
-            admission.skip -= 1
-            if admission.skip <= 0:
+            left = admission.skip - 1  # (a skipped get is a miss: counted as the gap began)
+            admission.skip = left
+            if left <= 0:
                 tier = owner()
                 if tier is not None:
-                    tier.hit = tier._answer  # the next get looks the map up
+                    tier.end_gap()
             return MISS
 
         self._answer, self._skipping = answer, skipping
-        self.hit = skipping if admission.skip > 0 else answer
+        if admission.skip > 0:
+            self.hit, self.answering = skipping, None
+        else:
+            self.hit = self.answering = answer
+
+    def end_gap(self) -> None:
+        """The last get of a sampling gap skipped the map: the next get looks it up."""
+        self.hit = self.answering = self._answer
 
     def fills_unanswered(self) -> bool:
         """A get `hit` cannot answer (it asks for more than the value; not a stream) is about to
@@ -436,10 +466,15 @@ class MemoryTier:
         entry = self.entries.get(map_key)
         if entry is None and not self.admits_write(map_key):
             return  # no room, and not seen lately: not kept
-        index = entry.word if entry is not None else pre_index(db_key)
-        if index is None:
-            return  # a key of a type the tier does not keep
-        version = published.get(index)
+        version: int | None
+        if len(published) == 1 and (kind is str or kind is bytes):
+            # The statement bumped one bucket: the key's, by the hash pre_index takes.
+            ((index, version),) = published.items()
+        else:
+            found = entry.word if entry is not None else pre_index(db_key)
+            if found is None:
+                return  # a key of a type the tier does not keep
+            index, version = found, published.get(found)
         if version is None or self.words[index] != version:
             self.discard(map_key)  # a later writer has started: its value may be newer
             return
@@ -461,7 +496,11 @@ class MemoryTier:
     def after_delete(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
         """After a delete committed: keep "absent" if the key had an entry and no later writer
         has started (the rule of `after_write`); else forget the entry."""
-        map_key = self.map_key(db_key, raw)
+        kind = type(db_key)
+        if raw and (kind is str or kind is bytes) and self.plain_keys:
+            map_key: Hashable = db_key  # (`map_key`'s commonest answer, inline: every delete)
+        else:
+            map_key = self.map_key(db_key, raw)
         entry = self.entries.get(map_key)
         if entry is None:
             return
@@ -528,8 +567,11 @@ class MemoryTier:
                 self.size += nbytes - old.nbytes
             if self.size > self.size_limit or len(entries) > self.item_limit:
                 self._evict()
-            elif old is None:
-                self._map_changed()
+            elif old is None and (
+                self.size >= self.spare_size or len(entries) >= self.spare_items
+                or self.admission.forget_after != self.item_limit
+            ):
+                self._map_changed()  # (with room to spare, as before: then it changes nothing)
 
     def _evict(self) -> None:
         # Under the lock: drop the least recently used until within both bounds.
