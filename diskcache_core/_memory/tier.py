@@ -41,7 +41,6 @@ commit and read transaction, ordering them against the SELECT and the commit.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -49,53 +48,26 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from .._disk.disk import UNSTORABLE, as_read_back
 from .._metrics import MemoryStats
 from .._store.versions import pre_index
 from .admission import Admission
+from .hitpath import ABSENT, FILL, MISS, Entry, HitPath, ReadNotes, hit_functions, map_key_of
 
 __all__ = [
     "ABSENT", "FILL", "MISS", "Entry", "Fill", "HitPath", "MemoryStats", "MemoryTier", "ReadNotes",
 ]
 
+_getsizeof = sys.getsizeof
 # Rough bytes per entry beyond key and value (entry, map node, slot), counted towards the limit.
 ENTRY_OVERHEAD = 200
 # Values of these exact (immutable) types are kept as they are; others serialized (decoded per hit).
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
 
 
-# --- the in-process map --------------------------------------------------------------------------
-
-
-ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__slots__": ()})()
-
-
-class Entry:
-    """One kept item: its value (or that it is absent) and the tag that validates it.
-
-    `stored` is the value itself when `fetch_mode` is None, the serialized column value to decode
-    on each hit when it is a Disk mode, and nothing when `fetch_mode` is ABSENT: the key was
-    missing (or expired) in the database. `tag` is the bucket's ``pre`` word the entry is valid
-    for (`word` is that word's index). A class with slots, not a named tuple: unpacking a tuple
-    subclass takes Python's slow path, and the hot get reads only a few fields.
-    """
-
-    __slots__ = ("stored", "fetch_mode", "word", "tag", "expire_time", "db_key", "raw", "nbytes")
-
-    def __init__(
-        self, stored: Any, fetch_mode: Any, word: int, tag: int, expire_time: float | None,
-        db_key: Any, raw: Any, nbytes: int,
-    ) -> None:
-        self.stored = stored
-        self.fetch_mode = fetch_mode
-        self.word = word
-        self.tag = tag
-        self.expire_time = expire_time
-        self.db_key = db_key
-        self.raw = raw
-        self.nbytes = nbytes
+# --- the in-process map (its entries, keys and the hit path: _memory/hitpath.py) --------------
 
 
 class Fill(NamedTuple):
@@ -105,42 +77,6 @@ class Fill(NamedTuple):
     map_key: Hashable
     word: int  # index of the bucket's ``pre`` word
     version: int | None
-
-
-# What a tier's hit path (`MemoryTier.hit`) returns when it cannot answer: the store is read,
-# and (FILL) the tier asked to keep what it finds (`begin_fill`), or (MISS) not.
-MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
-FILL: Any = type("Fill", (), {"__repr__": lambda self: "FILL", "__slots__": ()})()
-
-HitPath = Callable[[Any, Any], Any]
-
-
-class ReadNotes(Protocol):
-    """Who hears of the gets the tier answers (the Evictor: its policy orders by reads)."""
-
-    tracks_reads: bool
-
-    def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None: ...
-
-
-def map_key_of(db_key: Any, raw: Any, plain_keys: bool) -> Hashable:
-    """Map key for a database key: equal exactly when the database keys are the same row.
-
-    Raw keys of the standard Disk are used as they are (Python's equality of str, bytes, int and
-    float agrees with SQLite's for them); anything else is a tuple, which no raw key equals. NaN
-    keys (never found by SQLite) map to None, which is never stored.
-    """
-    if raw and plain_keys:
-        if type(db_key) is float and math.isnan(db_key):
-            return None
-        key: Hashable = db_key
-        return key
-    map_key = (db_key, raw)
-    try:
-        hash(map_key)
-    except TypeError:  # a custom Disk's odd key: SQLite will say what is wrong with it
-        return None
-    return map_key
 
 
 def _never(key: Any, default: Any) -> Any:
@@ -264,88 +200,21 @@ class MemoryTier:
         Each answer counts once: a value in ``hits``, "absent" in ``absent_hits`` (the tier's
         `hits` is their sum), so that a known-absent hit costs no second increment.
         """
+        reads = self._reads  # bound only while it tracks reads (a hit tests one name)
+        self._answer, self._skipping = hit_functions(
+            self.admission, self.entries, self.words, self.plain_keys, self._put, self._fetch,
+            reads if reads is not None and reads.tracks_reads else None, self._guard,
+            self._admits_reads, weakref.ref(self),
+        )
         admission = self.admission
-        recent = admission.recent
-        entries = self.entries
-        lookup = entries.get
-        move_to_end = entries.move_to_end
-        words = self.words
-        plain_keys = self.plain_keys
-        put = self._put
-        fetch = self._fetch
-        # Who hears of the hits: bound only while it tracks reads (rebuilt when that changes:
-        # `CacheBase._apply_setting`), so that a hit tests one name, not an attribute too.
-        reads = self._reads if self._reads is not None and self._reads.tracks_reads else None
-        guard = self._guard
-        admits = self._admits_reads
-        stale = FILL if admits else MISS  # an invalid or expired entry: refilled if it may be
-        owner = weakref.ref(self)
-
-        def answer(key: Any, default: Any) -> Any:
-            kind = type(key)
-            if (kind is str or kind is bytes) and plain_keys:
-                map_key: Hashable = key
-            else:
-                map_key = map_key_of(*put(key), plain_keys)
-            entry = lookup(map_key)
-            if entry is None:
-                if not admits:
-                    return MISS
-                # `begin_fill`'s commonest answer, inline (it runs on every miss of a key the
-                # tier does not hold): a key not seen lately is noted, not filled.
-                seen = hash(map_key)
-                if seen in recent:
-                    return FILL
-                admission.misses += 1
-                if admission.hits + admission.misses >= admission.forget_at:
-                    admission.forget_recent()
-                recent.add(seen)
-                if admission.gap and admission.sampled_miss():
-                    admission.misses += admission.skip  # the gets it skips, counted now
-                    tier = owner()
-                    if tier is not None:
-                        tier.hit = tier._skipping  # the next `gap` gets skip the map
-                        tier.answering = None
-                return MISS
-            if words[entry.word] != entry.tag:
-                if not admits:  # (else `begin_fill` counts it, as it counts the miss)
-                    admission.invalidated += 1
-                return stale
-            expires = entry.expire_time
-            if expires is not None and expires <= time.time():
-                return stale
-            if guard is not None and not guard():
-                return stale
-            try:
-                move_to_end(map_key)
-            except KeyError:  # evicted by another thread just now
-                pass
-            mode = entry.fetch_mode
-            if reads is not None:
-                reads.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
-            if mode is None:
-                admission.hits += 1
-                return entry.stored
-            if mode is ABSENT:
-                admission.absent_hits += 1  # (one count per hit: `hits` adds these)
-                return default
-            admission.hits += 1
-            return fetch(mode, None, entry.stored, False)
-
-        def skipping(key: Any, default: Any) -> Any:
-            left = admission.skip - 1  # (a skipped get is a miss: counted as the gap began)
-            admission.skip = left
-            if left <= 0:
-                tier = owner()
-                if tier is not None:
-                    tier.end_gap()
-            return MISS
-
-        self._answer, self._skipping = answer, skipping
         if admission.skip > 0:
-            self.hit, self.answering = skipping, None
+            self.start_gap()
         else:
-            self.hit = self.answering = answer
+            self.end_gap()
+
+    def start_gap(self) -> None:
+        """A sampled get missed the map: the next gets of the gap skip it."""
+        self.hit, self.answering = self._skipping, None
 
     def end_gap(self) -> None:
         """The last get of a sampling gap skipped the map: the next get looks it up."""
@@ -464,7 +333,10 @@ class MemoryTier:
             self.discard(map_key)
             return
         entry = self.entries.get(map_key)
-        if entry is None and not self.admits_write(map_key):
+        if entry is None and not (  # `admits_write`, inline: every set
+            (self.size < self.spare_size and len(self.entries) < self.spare_items)
+            or self.admission.seen_lately(map_key)
+        ):
             return  # no room, and not seen lately: not kept
         version: int | None
         if len(published) == 1 and (kind is str or kind is bytes):
@@ -478,7 +350,10 @@ class MemoryTier:
         if version is None or self.words[index] != version:
             self.discard(map_key)  # a later writer has started: its value may be newer
             return
-        self.keep_value(map_key, value, db_value, mode, index, version, expire_time, db_key, raw)
+        if self.faithful and type(value) in IMMUTABLE_TYPES:  # `keep_value`'s commonest case
+            self.store(map_key, value, None, index, version, expire_time, db_key, raw)
+        else:
+            self.keep_value(map_key, value, db_value, mode, index, version, expire_time, db_key, raw)
 
     def keep_value(
         self, map_key: Hashable, value: Any, db_value: Any, mode: int, index: int, tag: int,
@@ -550,7 +425,7 @@ class MemoryTier:
     ) -> None:
         """Keep an entry (replacing any for the key) and evict the least recently used beyond
         the bounds. `map_key` must not be None."""
-        nbytes = ENTRY_OVERHEAD + sys.getsizeof(stored) + sys.getsizeof(db_key)  # (a big int's too)
+        nbytes = ENTRY_OVERHEAD + _getsizeof(stored) + _getsizeof(db_key)  # (a big int's too)
         if nbytes > self.max_entry:
             self.discard(map_key)
             return
