@@ -119,6 +119,71 @@ def test_a_set_replaces_the_items_tags_and_add_leaves_a_live_item_alone(tagged):
     assert_exact(tagged, model)
 
 
+def _log_tag_writes(cache):
+    """A list of ("insert"/"delete", tag) the tag table's rows written through this thread's
+    connection of `cache` from now on (temporary triggers: they see the retag trigger's deletes
+    too), read by calling the returned function."""
+    con = cache._store.state().con
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS tag_log (what TEXT, tag)")
+    con.execute(
+        "CREATE TEMP TRIGGER IF NOT EXISTS tag_log_insert AFTER INSERT ON main.CacheTag"
+        " BEGIN INSERT INTO tag_log VALUES ('insert', NEW.tag); END"
+    )
+    con.execute(
+        "CREATE TEMP TRIGGER IF NOT EXISTS tag_log_delete AFTER DELETE ON main.CacheTag"
+        " BEGIN INSERT INTO tag_log VALUES ('delete', OLD.tag); END"
+    )
+
+    def taken():
+        rows = sorted(con.execute("SELECT what, tag FROM tag_log").fetchall())
+        con.execute("DELETE FROM tag_log")
+        return rows
+
+    return taken
+
+
+def test_an_overwrite_rewrites_only_the_tag_entries_that_change(make_store):
+    cache = make_store(tag_index=True)
+    cache.set("k", 1, tags=["a", "b", "c"])
+    taken = _log_tag_writes(cache)
+    cache.set("k", 2, tags=["a", "b", "c"])  # the same tags: no tag entry written
+    assert taken() == []
+    cache.set("k", 3, tags=["a", "c", "b"], expire=100)
+    assert taken() == []
+    cache.set("k", 4, tags=["a", "b", "d"])  # one extra tag changes: one entry goes, one comes
+    assert taken() == [("delete", "c"), ("insert", "d")]
+    assert cache.get("k", tags=True) == (4, frozenset({"a", "b", "d"}))
+    cache.set("k", 5, tags=["a"])
+    assert taken() == [("delete", "b"), ("delete", "d")]
+    cache.set("k", 6, tags=["x", "b", "d"])  # another first tag: every entry is replaced
+    assert taken() == [("insert", "b"), ("insert", "d")]
+    cache.set("k", 7, tags=["b", "d", "e"])
+    assert taken() == [("delete", "b"), ("delete", "d"), ("insert", "d"), ("insert", "e")]
+    assert cache.get("k", tags=True) == (7, frozenset({"b", "d", "e"}))
+    assert cache.add("k", 8, tags=["b", "d", "f"]) is False  # a live item: nothing changes
+    assert taken() == []
+    assert cache.get("k", tags=True) == (7, frozenset({"b", "d", "e"}))
+    assert tag_entries(cache) == ({("d", "k"), ("e", "k")}, 0)
+
+
+def test_an_overwrite_keeps_each_tags_type_as_given(make_store):
+    cache = make_store(tag_index=True)
+    cache.set("k", 1, tags=[1, 2, "x"])
+    cache.set("k", 2, tags=[1.0, 2.0, "x"])  # equal to SQLite, not the same stored value
+    value, first, tags = cache.get("k", tag=True, tags=True)
+    assert (value, first, type(first)) == (2, 1.0, float)
+    assert sorted((type(tag).__name__, tag) for tag in tags) == [
+        ("float", 1.0), ("float", 2.0), ("str", "x")
+    ]
+    con = sqlite3.connect(databases(cache)[0])
+    try:
+        assert con.execute("SELECT tag, typeof(tag) FROM CacheTag ORDER BY tag").fetchall() == [
+            (2.0, "real"), ("x", "text")
+        ]
+    finally:
+        con.close()
+
+
 def test_add_over_an_expired_item_stores_the_new_tags(tagged):
     tagged.set("k", 1, expire=0.0001, tags=["old1", "old2"])
     # (expired as soon as the clock moves: an add then replaces it)
