@@ -145,16 +145,29 @@ class ItemTags:
             count += removed
 
     def evict_tags(self, tags: tuple[Any, ...], retry: bool) -> int:
-        """Remove every item carrying any of `tags` (checked), in one transaction; how many."""
+        """Remove every item carrying any of `tags` (checked), in one transaction; how many.
+
+        Up to TAGS_PER_STATEMENT tags (the usual case) take one statement of their own, its own
+        transaction (no statement journal: see `_store.tags.delete_tagged`); more take one
+        transaction of a statement per TAGS_PER_STATEMENT."""
         if not tags:
             return 0
-        count = 0
-        with self.store.transaction(retry) as state:
-            extra = bool(state.execute(tsql.TAG_TABLE_EXISTS).fetchall())  # (under the lock)
-            for tag in tags:
-                count += state.execute(tsql.DELETE_FIRST_TAGGED, (tag,)).rowcount
-                if extra:
-                    count += state.execute(tsql.DELETE_EXTRA_TAGGED, (tag,)).rowcount
+        size = tsql.TAGS_PER_STATEMENT
+        if len(tags) <= size:
+            try:
+                count, _ = self.store.write(tsql.delete_tagged(len(tags), True), tags, retry)
+            except DatabaseError as exc:  # no tag table: no item has extra tags
+                if "no such table" not in str(exc):
+                    raise
+                self._table = False
+                count, _ = self.store.write(tsql.delete_tagged(len(tags), False), tags, retry)
+        else:
+            count = 0
+            with self.store.transaction(retry) as state:
+                extra = bool(state.execute(tsql.TAG_TABLE_EXISTS).fetchall())  # (under the lock)
+                for start in range(0, len(tags), size):
+                    chunk = tags[start:start + size]
+                    count += state.execute(tsql.delete_tagged(len(chunk), extra), chunk).rowcount
         _reaper.drain()  # the caller sees the files gone, not just the rows
         return count
 
