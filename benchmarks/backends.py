@@ -9,6 +9,7 @@ before a fork.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional
 
@@ -16,6 +17,13 @@ from .workload import GET, SET
 
 #: Where a backend keeps its data, which tells the runner what to prepare for it.
 DIRECTORY, SERVER, PROCESS_MEMORY = "directory", "server", "process-memory"
+
+# pylibmc ships wheels (with libmemcached inside) up to Python 3.11 only; on a newer Python pip
+# builds it from source, which needs libmemcached's headers (pyproject.toml leaves it out there).
+PYLIBMC_HINT = (
+    "pip install pylibmc" if sys.version_info < (3, 12)
+    else "apt-get install libmemcached-dev, then pip install pylibmc (no wheel for this Python)"
+)
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,7 @@ CACHE_BACKENDS: tuple[BackendSpec, ...] = (
         level="cache",
         adapter="memcached",
         storage=SERVER,
-        requires=(("pylibmc", "pip install pylibmc"),),
+        requires=(("pylibmc", PYLIBMC_HINT),),
         server="memcached",
     ),
     BackendSpec(

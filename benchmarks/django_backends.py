@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .backends import DIRECTORY, PROCESS_MEMORY, SERVER, Adapter, BackendSpec
+from .backends import DIRECTORY, PROCESS_MEMORY, PYLIBMC_HINT, SERVER, Adapter, BackendSpec
 
 _DJANGO_HINT = "pip install django"
 
@@ -110,7 +110,7 @@ DJANGO_BACKENDS: tuple[BackendSpec, ...] = (
         "Memcached",
         "django.core.cache.backends.memcached.PyLibMCCache",
         SERVER,
-        (("pylibmc", "pip install pylibmc"),),
+        (("pylibmc", PYLIBMC_HINT),),
         server="memcached",
     ),
     _spec(

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from .backends import PYLIBMC_HINT
 from .report import COLUMNS, UNSUPPORTED, _row, format_duration, plural
 from .servers import MemcachedServer, RedisServer, Server
 from .stats import ActionStats, summarize
@@ -350,7 +351,7 @@ def run(rows: list[str], processes: list[int], workload: WebappWorkload,
             try:
                 import pylibmc  # noqa: F401
             except ImportError:
-                reason = "pylibmc is not installed: pip install pylibmc"
+                reason = f"pylibmc is not installed: {PYLIBMC_HINT}"
         if reason is not None:
             results.extend(RowResult(row, count, skipped=reason) for count in processes)
             continue

@@ -38,7 +38,7 @@ from ._metrics import (
 from ._collections.persistent import Deque, Index
 from ._recipes.ratelimit import Averager, throttle
 from ._recipes.locks import BoundedSemaphore, Lock, RLock, barrier
-from ._store.schema import EVICTION_POLICY
+from ._policies import EVICTION_POLICY
 from ._settings import DEFAULT_SETTINGS
 
 if _typing.TYPE_CHECKING:

@@ -21,12 +21,13 @@ from typing import Any, Callable, Generic, TypeVar, overload
 from ._arguments import INT64_MAX, INT64_MIN, check_text, float_seconds, whole_number
 from ._disk.codecs import CODEC_FACTORIES, check_compress_level, codec_named
 from ._errors import StoredSettingWarning
-from ._store.schema import EVICTION_POLICY, METADATA, POLICIES
+from ._policies import EVICTION_POLICY, POLICIES
 
 __all__ = [
     "CODE_ONLY_SETTINGS",
     "DEFAULT_SETTINGS",
     "MEMORY_DEFAULTS",
+    "METADATA",
     "REMOTE_DEFAULTS",
     "PEER_ONLY_ROWS",
     "PERSISTENT_PRAGMAS",
@@ -142,6 +143,13 @@ DEFAULT_SETTINGS: dict[str, Any] = {name: getattr(Settings(), name) for name in 
 # Set once when a database is created or opened, not per connection: journal_mode is
 # persistent, and auto_vacuum can only change before the first table exists.
 PERSISTENT_PRAGMAS = frozenset({"sqlite_auto_vacuum", "sqlite_journal_mode"})
+
+# Counters kept in the Settings table by triggers (size, and the item count under
+# python-diskcache's row name "count": _store/creation.py) or by batched flushes (hits, misses),
+# with their initial values: python-diskcache's ``diskcache.core.METADATA`` (the one dict of
+# them, re-exported by `diskcache_core.core`). They are not settings: passing them to Cache()
+# is an error.
+METADATA: dict[str, int] = {"count": 0, "size": 0, "hits": 0, "misses": 0}
 
 # Rows python-diskcache kept in its Settings table that are neither settings nor our counters;
 # ignored when one of its caches is opened.

@@ -20,7 +20,9 @@ from ._disk.disk import (
 from ._errors import EmptyDirWarning, Timeout, UnknownFileWarning
 from ._recipes.memokeys import args_to_key
 from ._recipes.locks import full_name
-from ._store.schema import DBNAME, EVICTION_POLICY, METADATA
+from ._policies import EVICTION_POLICY
+from ._settings import METADATA
+from ._store.schema import DBNAME
 from ._settings import DEFAULT_SETTINGS
 
 

@@ -59,7 +59,6 @@ TOP_LEVEL = 'top level'
 # Imports against the package order, each with what removes it (issue 36). Keep it short: an
 # entry whose import is gone makes test_known_back_edges_still_exist fail.
 KNOWN_BACK_EDGES = {
-    ('_settings', '_store.schema'): 'eviction policies move out of the schema module (item 5)',
     ('_remote.listenerprocess', '_cache.cache'): 'the refresher opens a Cache (item 2)',
 }
 

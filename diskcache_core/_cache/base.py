@@ -34,6 +34,7 @@ from .._eviction.sizecheck import SizeCheck
 from .._store.handoff import lock_handoff
 from .._memory.tier import MemoryTier
 from .._store.opening import open_database
+from .._policies import policy_of
 from .._remote.stamps import REMOTE_FILE
 from .._reprs import opened_as
 from .queue import QueueMethods, Queues
@@ -415,7 +416,7 @@ class CacheBase(MemorySettings, QueueMethods):
 def _setting_statements(key: str, value: Any) -> list[tuple[str, Any]]:
     """The statements storing setting `key`, then those making (or dropping) the index it needs."""
     statements: list[tuple[str, Any]] = list(sql.store_setting(key, value))
-    index = sql.policy_of(value).create_index if key == "eviction_policy" else None
+    index = policy_of(value).create_index if key == "eviction_policy" else None
     if index is not None:
         statements.append((index, ()))
     elif key == "tag_index":

@@ -27,11 +27,11 @@ from .._store.tags import TAG_TABLE_EXISTS
 from .._disk.disk import ENOVAL, Disk
 from .._errors import DatabaseError, DiskCacheError, is_busy
 from .._disk.safedisk import SafeDisk
+from .._settings import METADATA
 from .._store.schema import (
     setting_name,
     DBNAME,
     database_uri,
-    METADATA,
 )
 
 

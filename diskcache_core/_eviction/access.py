@@ -25,7 +25,8 @@ import threading
 import weakref
 from typing import Any, Protocol
 
-from .._store.schema import ADD_TO_COUNTER, REFRESH_COLUMN, policy_of
+from .._policies import policy_of
+from .._store.schema import ADD_TO_COUNTER, REFRESH_COLUMN
 
 __all__ = [
     "AccessLog", "FINAL_WAIT", "FLUSH_INTERVAL", "MAX_PENDING", "NOT_PENDING", "schedule_flush",

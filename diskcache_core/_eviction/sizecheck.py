@@ -14,6 +14,7 @@ from typing import Any
 
 from .._errors import Timeout
 from .._metrics import EvictionCounts
+from .._policies import POLICIES
 from .._settings import Settings
 from .._store import schema as sql
 from .._store.connections import ThreadState
@@ -32,7 +33,7 @@ _SPARING_DELETE = {
     name: "DELETE FROM Cache WHERE rowid IN ("
     + policy.cull.replace(" ORDER BY", _SPARED).replace("LIMIT ?", "LIMIT ?1")
     + ")"
-    for name, policy in sql.POLICIES.items()
+    for name, policy in POLICIES.items()
     if policy.cull is not None
 }
 _LAST_INSERT = "SELECT last_insert_rowid()"

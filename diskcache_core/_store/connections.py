@@ -172,8 +172,8 @@ class ConnectionPool:
     ) -> None:
         self.path = path
         self.timeout = timeout
-        # Seconds SQLite's busy handler waits on the per-thread connections (0 where the lock
-        # handoff wakes waiting writers instead; see _store.Store).
+        # Seconds SQLite's busy handler waits on the per-thread connections (0 once the lock
+        # handoff wakes waiting writers instead: `wait_by_handoff`).
         self.busy_wait = timeout
         self._configure = configure
         self.local = threading.local()
@@ -194,6 +194,12 @@ class ConnectionPool:
         forks.register(self)
         # Dropped unclosed: its connections close (their SQL functions' cycle evades the gc).
         weakref.finalize(self, _close_states, self._states).atexit = False
+
+    def wait_by_handoff(self) -> None:
+        """Give the connections no busy handler of their own: this directory's lock handoff
+        wakes a waiting writer when the lock is released (connections opened from now on;
+        the Store calls this before it opens any)."""
+        self.busy_wait = 0.0
 
     def connect(self, timeout: float | None = None) -> sqlite3.Connection:
         """A new connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``)."""

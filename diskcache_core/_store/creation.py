@@ -12,9 +12,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from .schema import (
-    _ROW_NAMES, DELETE_SETTING, METADATA, SCHEMA_VERSION, policy_of, store_setting,
-)
+from .._policies import policy_of
+from .._settings import METADATA
+from .schema import _ROW_NAMES, DELETE_SETTING, SCHEMA_VERSION, store_setting
 
 __all__ = [
     "INSERT_COUNTER", "RELEASE_FUNCTION", "RELEASE_TRIGGERS", "TAG_INDEX_CREATE", "TAG_INDEX_DROP",

@@ -26,7 +26,7 @@ from .._errors import (
     translate_sqlite_error,
 )
 from .._disk.ownership import PRIVATE, Ownership, create_database_file, ownership_of
-from .._settings import PEER_ONLY_ROWS, Settings, usable_stored_settings
+from .._settings import METADATA, PEER_ONLY_ROWS, Settings, usable_stored_settings
 from .versionfile import open_versions
 
 __all__ = ["Opened", "open_database"]
@@ -158,7 +158,7 @@ def _takes_compress_level(disk_type: type[Disk]) -> bool:
 
 
 def _counters(stored: dict[str, Any]) -> dict[str, int | None]:
-    counters: dict[str, int | None] = {name: stored.get(name, 0) for name in sql.METADATA}
+    counters: dict[str, int | None] = {name: stored.get(name, 0) for name in METADATA}
     counters["count"] = stored.get("count", None if stored else 0)  # a new database: empty
     if stored and stored.get("schema_version") != sql.SCHEMA_VERSION:
         counters["count"] = None  # not kept by our triggers until now: counted when asked for
@@ -171,7 +171,7 @@ def _usable(stored: dict[str, Any]) -> dict[str, Any]:
         {
             name: value
             for name, value in stored.items()
-            if name not in sql.METADATA and name not in PEER_ONLY_ROWS and name != "schema_version"
+            if name not in METADATA and name not in PEER_ONLY_ROWS and name != "schema_version"
         }
     )
 

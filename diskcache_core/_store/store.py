@@ -98,7 +98,7 @@ class Store:
         # have no busy handler of their own (they are opened after the Store is made).
         self.handoff = handoff
         if handoff is not None:
-            pool.busy_wait = 0.0
+            pool.wait_by_handoff()
         # For `Cache.metrics`: the facade's reads of the database, and the waits for its lock.
         self.reads, self.writes = ReadCounts(), WriteCounts()
 
