@@ -122,6 +122,17 @@ def _timed_both(operation: Callable[[], Any]) -> tuple[float, float]:
     return wall, (time.process_time_ns() - cpu) / 1e6
 
 
+def _empty_wal(probe: Any) -> bool:
+    """Checkpoint the whole WAL and empty it (retried while the cache's checkpoint thread holds
+    it, up to a second); whether it is empty now, so the next commit's frames are all it holds."""
+    for _ in range(100):
+        busy, frames, _ = probe.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy and frames == 0:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def _scaling(
     scratch: str, small: int, large: int, tagged: int, rounds: int, spread: bool
 ) -> dict[str, Any]:
@@ -146,13 +157,14 @@ def _scaling(
         iterations, evictions, cpu, pages = [], [], [], []
         for number in range(rounds):
             tag = f"hot{number}"
-            iterations.append(_timed(lambda: sum(1 for _ in cache.iterkeys(tag=tag))))
+            iterations.append(_timed(lambda c=cache, t=tag: sum(1 for _ in c.iterkeys(tag=t))))
             keys = list(cache.iterkeys(tag=tag))
-            probe.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            wall, used = _timed_both(lambda: cache.evict_tags([tag]))
+            emptied = _empty_wal(probe)
+            wall, used = _timed_both(lambda c=cache, t=tag: c.evict_tags([t]))
             evictions.append(wall)
             cpu.append(used)
-            pages.append(probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+            if emptied:  # (else this round's count is left out)
+                pages.append(probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
             with cache.transact():  # put them back, untagged, for the next rounds
                 for key in keys:
                     cache.set(key, key, tag=f"group{key % 10}", tags=["cold"])
@@ -160,7 +172,7 @@ def _scaling(
         cache.close()
         results[str(size)] = {"evict_tags_ms": statistics.median(evictions),
                               "evict_tags_cpu_ms": statistics.median(cpu),
-                              "evict_tags_pages": statistics.median(pages),
+                              "evict_tags_pages": statistics.median(pages) if pages else None,
                               "iterkeys_ms": statistics.median(iterations)}
     return results
 
@@ -200,7 +212,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows["set_three_tags_vs_one"] = {"one_ns": one, "three_ns": three, "ratio": three / one}
     one, three = _alternate(args.rounds, lambda: _set_ns(ROOT, calls, keys, "one_new"),
                             lambda: _set_ns(ROOT, calls, keys, "three_new"))
-    rows["set_three_tags_vs_one_new_keys"] = {"one_ns": one, "three_ns": three, "ratio": three / one}
+    rows["set_three_tags_vs_one_new_keys"] = {
+        "one_ns": one, "three_ns": three, "ratio": three / one
+    }
     for name, spread in (("evict_tags_large_vs_small", True),
                          ("evict_tags_large_vs_small_clustered", False)):
         scaling = _scaling(args.scratch, args.small, args.large, args.tagged, args.rounds, spread)
@@ -216,6 +230,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ours_ms": peer[0], "theirs_ms": peer[1], "ratio": peer[0] / peer[1]
         }
     return rows
+
+
+def _count(pages: float | None) -> str:
+    return "?" if pages is None else f"{pages:.0f}"
 
 
 def report(rows: dict[str, Any]) -> str:
@@ -237,8 +255,8 @@ def report(rows: dict[str, Any]) -> str:
         small, large = (scaling[size] for size in sorted(scaling, key=lambda s: (len(s), s))[:2])
         lines.append(f"{f'evict_tags, large vs small ({layout})':44} {scaling['evict_ratio']:8.3f}"
                      f"  <= 2   ({small['evict_tags_ms']:.1f} / {large['evict_tags_ms']:.1f} ms;"
-                     f" pages written {small['evict_tags_pages']:.0f} /"
-                     f" {large['evict_tags_pages']:.0f})")
+                     f" pages written {_count(small['evict_tags_pages'])} /"
+                     f" {_count(large['evict_tags_pages'])})")
         lines.append(f"{f'  the same in CPU time ({layout})':44} {scaling['evict_cpu_ratio']:8.3f}"
                      f"          ({small['evict_tags_cpu_ms']:.1f} /"
                      f" {large['evict_tags_cpu_ms']:.1f} ms)")

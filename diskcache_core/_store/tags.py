@@ -25,9 +25,10 @@ from __future__ import annotations
 from .schema import NOT_EXPIRED
 
 __all__ = [
-    "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS", "SELECT_EXTRA_TAGS", "SELECT_ITEM_TAGS",
-    "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS", "TAG_TRIGGERS", "TAGGED_KEYS_ANY",
-    "TAGS_PER_STATEMENT", "delete_other_tags", "delete_tagged", "insert_extra_tags", "keeping_first_tag",
+    "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS",
+    "SELECT_EXTRA_TAGS", "SELECT_ITEM_TAGS", "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS",
+    "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "TAGS_PER_STATEMENT", "delete_other_tags", "delete_tagged",
+    "insert_extra_tags", "keeping_first_tag",
 ]
 
 TAG_TABLE = "CacheTag"
