@@ -97,8 +97,23 @@ def check_cache(
             _check_tag_entries(state, fix)
         if fix:  # last: rewriting the database needs room, which removing unknown files may free
             store.write(sql.VACUUM, (), retry)
-    _log_found(directory, found, fix)
-    return found
+    findings = _own_findings(found)
+    _log_found(directory, findings, fix)
+    return findings
+
+
+def _own_findings(found: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    """The check's findings among the warnings recorded while it ran (all UserWarnings); the
+    others, warned meanwhile by unrelated code (a ResourceWarning of a connection the garbage
+    collector closed, a library's DeprecationWarning), are warned again as they came."""
+    findings = []
+    for item in found:
+        if issubclass(item.category, UserWarning):
+            findings.append(item)
+        else:
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno,
+                                   source=item.source)
+    return findings
 
 
 def _log_found(directory: str, found: list[warnings.WarningMessage], fix: bool) -> None:
@@ -210,8 +225,9 @@ def check_layout_leftovers(directory: str, fix: bool) -> list[warnings.WarningMe
                     os.unlink(full_path)
             except FileNotFoundError:
                 continue
-    _log_found(directory, found, fix)
-    return list(found)
+    findings = _own_findings(found)
+    _log_found(directory, findings, fix)
+    return findings
 
 
 @contextlib.contextmanager

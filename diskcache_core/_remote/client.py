@@ -3,18 +3,17 @@
 Only imported when a cache is opened with ``remote=``. Here: the URL (a plain ``redis://``,
 ``rediss://`` or ``unix://`` URL; ``?cluster=true`` for a Redis Cluster), and the commands each
 cache operation needs, each one round trip, on items in the stored form of `_remoteform` (one
-Redis string whose TTL is the item's expiry).
-Redis errors are translated here: an unreachable server is `RemoteUnavailableError` (a
-`Timeout`, so FanoutCache reports a give-up as for a busy shard), anything else `RemoteError`.
-A write whose request may have reached Redis before the connection failed (no reply within the
-timeout, a connection dropped after sending) is `RemoteOutcomeUnknownError` instead: Redis may
-still apply it (see `_request_left`).
+Redis string whose TTL is the item's expiry). Every call's redis-py errors are translated into
+the library's by _remote/failures.py. One client per remote per process serves every store of
+it (`_shared_client`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -25,11 +24,12 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .._errors import RemoteError, RemoteOutcomeUnknownError, RemoteUnavailableError
+from .._errors import RemoteError, RemoteUnavailableError
 from .._log import REMOTE as _LOG
 from .._log import outage_for
 from .._metrics import CommandCounts
 from . import tagged
+from .failures import REDIS_ERRORS, outage_name, translated
 from .form import canonical_tag, decode_tag, encode_tag, expiry_header, tag_fields
 from .tagged import TagNames
 from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
@@ -52,9 +52,6 @@ return 0
 _SCAN_COUNT = 500
 _BATCH = 500  # names per pipeline in clear and evict (`each_batch`)
 _PXAT_MAX = 2**53  # ms (the year 287,396): an expiry past it is kept without a Redis TTL
-# What redis-py raises: RedisClusterException (a cluster it cannot reach or log in to) is not
-# a RedisError.
-_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
 def _split_cluster(url: str) -> tuple[str, bool]:
@@ -99,26 +96,17 @@ class RemoteStore:
         self.url = check_remote_url(url)
         self.prefix = prefix
         # Reachability as this process sees it, shared by every store of the URL (_log.py).
-        self._outage = outage_for(_LOG, _outage_name(self.url))
+        self._outage = outage_for(_LOG, outage_name(self.url))
         self.timeout = timeout
         self.sent = CommandCounts()  # commands sent and failed, for `Cache.metrics`
         plain_url, self.cluster = _split_cluster(url)
         self._plain_url = plain_url
-        options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         self.client: Any = None
+        self._shared: _SharedKey | None = None
         if self.cluster and not connect:
             return
-        try:
-            if self.cluster:
-                self.client = _ClusterClient.from_url(
-                    plain_url, **options, **_NO_CLUSTER_RETRIES
-                )
-            else:  # (no retry: a command sent again after a timeout could run twice)
-                self.client = redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"remote URL {url!r}: {exc}") from None
-        except _REDIS_ERRORS as exc:  # a cluster client connects at once
-            raise _translated(exc, url) from exc
+        self._shared = (os.getpid(), plain_url, self.cluster, timeout)
+        self.client = _shared_client(self._shared, url)
         self._evict_tag = self.client.register_script(_EVICT_TAG)
         self.tag_names = TagNames(prefix, self.cluster)
         self._write = self.client.register_script(tagged.WRITE)
@@ -145,12 +133,23 @@ class RemoteStore:
         self.sent.commands += 1
         try:
             result = function()
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             self.sent.errors += 1
-            raise _translated(exc, self.url, write, many) from exc
+            raise translated(exc, self.url, write, many) from exc
         if self._outage.down_since:
             self._outage.recovered()
         return result
+
+    def _run(self, script: Any, keys: list[bytes], args: list[Any]) -> Any:
+        """Run a registered script: EVALSHA sent as it is (redis-py's Script call costs about
+        10 us of argument handling more per write), loaded and sent again if the server does
+        not hold it (a restarted or promoted node: nothing of it ran)."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return self.client.execute_command(*command)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(script.script)
+            return self.client.execute_command(*command)
 
     # --- items --------------------------------------------------------------------------------
 
@@ -161,9 +160,9 @@ class RemoteStore:
         self.sent.commands += 1
         try:
             data: bytes | None = self.client.execute_command("GET", name)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             self.sent.errors += 1
-            raise _translated(exc, self.url) from exc
+            raise translated(exc, self.url) from exc
         if self._outage.down_since:
             self._outage.recovered()
         return data
@@ -177,9 +176,9 @@ class RemoteStore:
         self.sent.commands += 1
         try:
             found: list[bytes | None] = self.client.execute_command("MGET", *names)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             self.sent.errors += 1
-            raise _translated(exc, self.url) from exc
+            raise translated(exc, self.url) from exc
         if self._outage.down_since:
             self._outage.recovered()
         return found
@@ -229,18 +228,18 @@ class RemoteStore:
             b"1" if old is None else b"0", b"1" if delete else b"0",
             b"0" if tags is None else b"1", *given,
         ]
-        return bool(self.call(lambda: self._write(keys=keys, args=args), what))
+        return bool(self.call(lambda: self._run(self._write, keys, args), what))
 
     def delete(self, name: bytes) -> bool:
         """Remove item `name` and its tag memberships; True when it was there."""
         _, keys = self.tag_names.item_keys(name)
-        return bool(self.call(lambda: self._remove(keys=keys, args=[name, b"0"]), "delete"))
+        return bool(self.call(lambda: self._run(self._remove, keys, [name, b"0"]), "delete"))
 
     def pop(self, name: bytes) -> bytes | None:
         """Remove item `name` and its tag memberships; its stored form (None: absent)."""
         _, keys = self.tag_names.item_keys(name)
         return self.call(  # type: ignore[no-any-return]
-            lambda: self._remove(keys=keys, args=[name, b"1"]), "pop"
+            lambda: self._run(self._remove, keys, [name, b"1"]), "pop"
         )
 
     def touch(self, name: bytes, expire_time: float | None) -> bool:
@@ -248,12 +247,12 @@ class RemoteStore:
         _, keys = self.tag_names.item_keys(name)
         when = pxat(expire_time)
         args = [expiry_header(expire_time), b"" if when is None else b"%d" % when]
-        return bool(self.call(lambda: self._touch(keys=keys, args=args), "touch"))
+        return bool(self.call(lambda: self._run(self._touch, keys, args), "touch"))
 
     def get_tagged(self, name: bytes) -> tuple[bytes | None, frozenset[Any]]:
         """Item `name`'s stored form (None: absent) and the tags its tag hash holds, at once."""
         _, keys = self.tag_names.item_keys(name)
-        data, given = self.call(lambda: self._read(keys=keys, args=[]))
+        data, given = self.call(lambda: self._run(self._read, keys, []))
         return (data or None), frozenset(decode_tag(spelling) for spelling in given)
 
     def evict_tags(self, tags: tuple[Any, ...]) -> list[bytes]:
@@ -275,7 +274,7 @@ class RemoteStore:
         for home, spelled in by_home.items():
             keys = [names.tag_set(home, canonical) for canonical in spelled]
             args = [self.prefix, names.hash_prefix(home)]
-            removed += self.call(lambda: self._evict(keys=keys, args=args), "evict")
+            removed += self.call(lambda: self._run(self._evict, keys, args), "evict")
         return removed
 
     # --- whole prefix -------------------------------------------------------------------------
@@ -399,7 +398,7 @@ class RemoteStore:
             return []
         try:
             return sorted((node.host, int(node.port)) for node in self.client.get_nodes())
-        except (*_REDIS_ERRORS, AttributeError, TypeError, ValueError):
+        except (*REDIS_ERRORS, AttributeError, TypeError, ValueError):
             return []
 
     def seed(self) -> tuple[str, int]:
@@ -408,12 +407,17 @@ class RemoteStore:
         return parts.hostname or "localhost", parts.port or 6379
 
     def close(self) -> None:
-        """Close the connections no call is using. A call in flight on another thread goes on
-        to its answer (the application's close is no outage, and a write's outcome stays
-        known); its connection goes back to the pool, and is closed by a later close or with
-        the client. So a Cache's SQLite connections are closed (`Cache.close`)."""
+        """One user fewer of the process's shared client; the last one closes the connections
+        no call is using. A call in flight on another thread goes on to its answer (the
+        application's close is no outage, and a write's outcome stays known); its connection
+        goes back to the pool, and is closed by a later close or with the client. So a
+        Cache's SQLite connections are closed (`Cache.close`). A store used again after its
+        close still works (redis-py connects again), outside the shared count."""
         if self.client is None:
             return
+        shared, self._shared = self._shared, None
+        if not _release_client(shared, self.client):
+            return  # other caches of this process use its connections
         try:
             if self.cluster:
                 pools = [
@@ -424,8 +428,63 @@ class RemoteStore:
                 pools = [self.client.connection_pool]
             for pool in pools:
                 pool.disconnect(inuse_connections=False)
-        except _REDIS_ERRORS:
+        except REDIS_ERRORS:
             pass
+
+
+# One client (and so one connection pool) per remote in this process, shared by every store of
+# it: a FanoutCache's shards and every Cache of the URL. Made per store, a FanoutCache(8)'s
+# first gets paid eight connects (one per shard's pool), and a cluster client's topology was
+# read once per shard. Keyed by the process too: a forked child makes its own (redis-py's pools
+# also start afresh in a child, but a cluster client's topology lock may be held at the fork).
+_SharedKey = tuple[int, str, bool, float]  # (pid, URL without `cluster`, cluster, timeout)
+# key -> [the client (weakly: caches dropped unclosed leave no client behind), its users]
+_clients: dict[_SharedKey, list[Any]] = {}
+_clients_lock = threading.Lock()
+
+
+def _shared_client(key: _SharedKey, url: str) -> Any:
+    """The process's client of the remote `key` names, made on first use; one more user."""
+    with _clients_lock:
+        entry = _clients.get(key)
+        client = None if entry is None else entry[0]()
+        if entry is None or client is None:
+            _, plain_url, cluster, timeout = key
+            client = _new_client(plain_url, cluster, timeout, url)
+            entry = [weakref.ref(client), 0]
+            _clients[key] = entry
+        entry[1] += 1
+        return client
+
+
+def _release_client(key: _SharedKey | None, client: Any) -> bool:
+    """One user fewer of the shared `client` (`key`: its key; None: this user had released it
+    already); True when no user is left (then it is forgotten: the next store makes another)."""
+    with _clients_lock:
+        entry = None if key is None else _clients.get(key)
+        if key is None or entry is None or entry[0]() is not client:
+            return not any(
+                other[0]() is client and other[1] > 0 for other in _clients.values()
+            )
+        entry[1] -= 1
+        if entry[1] > 0:
+            return False
+        del _clients[key]
+        return True
+
+
+def _new_client(plain_url: str, cluster: bool, timeout: float, url: str) -> Any:
+    """A redis-py client of the remote, without retries (a command sent again after a timeout
+    could run twice)."""
+    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    try:
+        if cluster:
+            return _ClusterClient.from_url(plain_url, **options, **_NO_CLUSTER_RETRIES)
+        return redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"remote URL {url!r}: {exc}") from None
+    except REDIS_ERRORS as exc:  # a cluster client connects at once
+        raise translated(exc, url) from exc
 
 
 class _ClusterClient(redis.cluster.RedisCluster):
@@ -464,75 +523,3 @@ def _retries_off() -> dict[str, Any]:
 
 
 _NO_CLUSTER_RETRIES = _retries_off()
-
-
-_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-_REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
-# redis-py's functions that make a connection ready (connect, log in, hand shake, take it from
-# the pool: nothing of the request is sent yet), and those that write the request.
-_SETTING_UP = frozenset({
-    "connect", "connect_check_health", "_connect", "on_connect", "on_connect_check_health",
-    "get_connection", "ensure_connection", "make_connection",
-})
-_SENDING = frozenset({"send_packed_command", "send_command"})
-
-
-def _request_left(exc: BaseException, many: bool) -> bool:
-    """Whether the request of a call that failed with `exc` may have reached Redis, and so may
-    be applied by it (now or after a stall), although no reply came.
-
-    Told by where redis-py met the connection error: while setting up a connection nothing
-    was sent; while writing one command, the command is incomplete and Redis never runs it
-    (for a pipeline, `many`, earlier commands may have gone whole); anywhere else (waiting
-    for the reply) it left. An error Redis answered (MOVED, CLUSTERDOWN, ...) ran nothing.
-    redis-py retries nothing here (the clients are made without retries), so the error is
-    that of the one attempt. Anything not recognised counts as sent: never a false "not
-    applied".
-    """
-    seen: set[int] = set()
-    error: BaseException | None = exc
-    while error is not None and id(error) not in seen:  # the error, and what it was raised in
-        seen.add(id(error))
-        if isinstance(error, _CONNECTION_ERRORS):
-            phases = set()
-            trace = error.__traceback__
-            while trace is not None:
-                code = trace.tb_frame.f_code
-                if code.co_filename.startswith(_REDIS_PACKAGE):
-                    phases.add(code.co_name)
-                trace = trace.tb_next
-            if phases & _SETTING_UP:
-                return False
-            return many or not phases & _SENDING or "read_response" in phases
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _translated(exc: Exception, url: str, write: str = "", many: bool = False) -> Exception:
-    """The library's error for a redis-py error (the one place they are translated); `write`
-    and `many` as `RemoteStore.call` takes them."""
-    where = safe_url(url)
-    if write and isinstance(exc, (*_CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
-        if _request_left(exc, many):
-            return RemoteOutcomeUnknownError(
-                f"remote {where}: {write} sent, and no reply: Redis may have applied it, or may"
-                f" yet ({exc})"
-            )
-    if isinstance(exc, redis.exceptions.AuthenticationError) or (
-        isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc)
-    ):
-        return RemoteError(f"remote {where}: authentication failed ({exc})")
-    if isinstance(exc, _CONNECTION_ERRORS):
-        outage_for(_LOG, _outage_name(url)).failed(str(exc))
-        return RemoteUnavailableError(f"remote {where} unreachable: {exc}")
-    if isinstance(exc, redis.exceptions.RedisClusterException) and "auth" in str(exc).lower():
-        return RemoteError(f"remote cluster {where}: authentication failed ({exc})")
-    if isinstance(exc, (redis.exceptions.ClusterError, redis.exceptions.RedisClusterException)):
-        outage_for(_LOG, _outage_name(url)).failed(str(exc))
-        return RemoteUnavailableError(f"remote cluster {where}: {exc}")
-    return RemoteError(f"remote {where}: {exc}")
-
-
-def _outage_name(url: str) -> str:
-    """What the log calls a remote (its URL without the password)."""
-    return f"remote {safe_url(url)}"

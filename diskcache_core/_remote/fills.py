@@ -10,6 +10,9 @@ Coherence is the stamps' as before: each copy carries the stamp read before Redi
 is answered from the waiting map only while that stamp is unchanged, and is written with it
 (or skipped when it changed already), so a change after the read makes it unservable wherever
 it is. A copy lost (a busy lock, a full disk, a process that ends first) is a shortcut lost.
+
+`renew_copies` is the refresher's (_remote/listenerprocess.py): the host's rows of items that
+changed in Redis, read again in one MGET and written under the stamps read before it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from .._log import REMOTE
 from .._store import schema as sql
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.workers import worker_task
+from .client import RemoteStore
+from .form import decode_item, decode_key, stamp_hash
+from .stamps import RemoteWords
 
-__all__ = ["Fill", "Fills", "write_copies"]
+__all__ = ["Fill", "Fills", "renew_copies", "write_copies"]
 
 _log = REMOTE
 
@@ -38,6 +44,7 @@ MAX_WAITING = 10_000  # copies waiting per tier at most; past it a new one is dr
 # wait for the GIL after its Redis answer: ~+50 % on a get, measured).
 GATHER = 0.020
 _WRITE_WAIT = 0.010  # seconds the writer waits for the write lock
+_REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock
 
 
 class Fill(NamedTuple):
@@ -208,6 +215,52 @@ def write_copies(
         _drop_files(store, file_rows)
     except DiskCacheError:
         _drop_files(store, file_rows)
+
+
+def renew_copies(
+    store: Store, disk: Disk, remote: RemoteStore, words: RemoteWords, stamps: memoryview,
+    names: list[bytes],
+) -> int:
+    """Renew this host's copies of items that just changed in Redis; how many were renewed
+    (`RemoteTier.refresh`, the refresher's: _remote/listenerprocess.py).
+
+    For each name (a Redis name without the prefix, its stamp just bumped) whose item this
+    host holds a row of, the new value is read from Redis (one MGET) and kept under the stamp
+    read before asking, exactly as a reader's fill keeps it, so a change after the read makes
+    the copy unservable again. Only inline values are renewed: an item this host holds as a
+    value file is not read from Redis at all, and waits for a reader, as does a new value at
+    or above ``disk_min_file_size``. A busy lock is waited for briefly.
+    """
+    held: list[tuple[Any, bool, bytes, int]] = []
+    for name in dict.fromkeys(names):
+        decoded = decode_key(name)
+        if decoded is None:
+            continue
+        db_key, raw = decoded
+        if store.read(sql.SELECT_HELD, (db_key, raw)):
+            held.append((db_key, raw, name, words.index(stamp_hash(name))))
+    if not held:
+        return 0
+    before = [stamps[index] for _, _, _, index in held]  # before Redis is asked
+    found = remote.get_many([remote.name(name) for _, _, name, _ in held])
+    limit = disk.min_file_size
+    now = time.time()
+    renewed = 0
+    with store.transaction(timeout=_REFRESH_WAIT):
+        for (db_key, raw, _, index), stamp, data in zip(held, before, found):
+            if data is None or stamps[index] != stamp:
+                continue  # gone from Redis, or changed again: the next reader asks Redis
+            item = decode_item(data)
+            db_value = item.db_value
+            inline = len(db_value) if type(db_value) in (bytes, str) else 0
+            if (item.expire_time is not None and item.expire_time <= now) or (
+                inline >= limit > 0
+            ):
+                continue
+            params = (db_key, raw, now, item.expire_time, stamp, 0, item.mode, None, db_value)
+            store.write(sql.UPSERT, params, False, None, max(inline, MIN_WRITE_CHARGE))
+            renewed += 1
+    return renewed
 
 
 def _drop_files(store: Store, file_rows: list[tuple[tuple[Any, ...], str, int]]) -> None:

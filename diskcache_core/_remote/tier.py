@@ -27,17 +27,16 @@ from .listener import ListenerThread, listener_for, release_listener
 from .._memory.tier import ABSENT, MISS, MemoryTier, ReadNotes
 from .._metrics import EvictionCounts, RemoteCounts, RemoteMetrics
 from .client import RemoteStore
-from .fills import Fill, Fills, write_copies
-from .form import decode_item, decode_key, encode_item, encode_key, serialized, stamp_hash
+from .fills import Fill, Fills, renew_copies, write_copies
+from .form import decode_item, encode_item, encode_key, serialized, stamp_hash
 from .stamps import LEASE_AHEAD, Member, RemoteWords
 from .tagops import RemoteTagOperations
 from .._settings import REMOTE_DEFAULTS
-from .._store.store import MIN_WRITE_CHARGE, Store
+from .._store.store import Store
 from .._store.versionfile import weak_method
 
 __all__ = ["RemoteTier"]
 
-_REFRESH_WAIT = 0.010  # seconds the refresher waits for the write lock (a fill takes one try)
 _T = TypeVar("_T")
 
 
@@ -158,6 +157,12 @@ class RemoteTier(RemoteTagOperations):
                 found = self._local_copy(db_key, raw, index, read, now)
             else:  # a copy not yet written
                 found = disk.fetch(waiting.mode, None, waiting.db_value, read), waiting.expires
+                inline = waiting.db_value
+                if memory is not None and not read and not (
+                    type(inline) in (bytes, str) and len(inline) >= disk.min_file_size > 0
+                ):
+                    self._remember(db_key, raw, waiting.mode, waiting.db_value, found[0],
+                                   waiting.expires, index, waiting.stamp)
             if found is not None:
                 self.answered.local += 1
                 if reads is not None:
@@ -226,14 +231,16 @@ class RemoteTier(RemoteTagOperations):
 
     def _keep(
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
-        expires: float | None, index: int, stamp: int,
+        expires: float | None, index: int, stamp: int, memory_stamp: int = 0,
     ) -> None:
         """Keep what Redis answered as this host's copy, under the stamp read before asking:
-        in the memory tier at once (an inline value), in the database by the background
-        writer (`_write_fills`), off the caller's path."""
+        in the memory tier at once (an inline value; under `memory_stamp` when given), in the
+        database by the background writer (`_write_fills`), off the caller's path."""
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
         if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
-            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
+            self._remember(
+                db_key, raw, mode, db_value, value, expires, index, memory_stamp or stamp
+            )
         self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
 
     def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:
@@ -257,37 +264,9 @@ class RemoteTier(RemoteTagOperations):
         waits for a reader, as does a new value at or above ``disk_min_file_size``. A busy
         lock is waited for briefly.
         """
-        store = self._store
-        held: list[tuple[Any, bool, bytes, int]] = []
-        for name in dict.fromkeys(names):
-            decoded = decode_key(name)
-            if decoded is None:
-                continue
-            db_key, raw = decoded
-            if store.read(sql.SELECT_HELD, (db_key, raw)):
-                held.append((db_key, raw, name, self._words.index(stamp_hash(name))))
-        if not held:
-            return 0
-        stamps = [self._stamps[index] for _, _, _, index in held]  # before Redis is asked
-        found = self._remote.get_many([self._remote.name(name) for _, _, name, _ in held])
-        limit = self._disk.min_file_size
-        now = time.time()
-        renewed = 0
-        with store.transaction(timeout=_REFRESH_WAIT):
-            for (db_key, raw, _, index), stamp, data in zip(held, stamps, found):
-                if data is None or self._stamps[index] != stamp:
-                    continue  # gone from Redis, or changed again: the next reader asks Redis
-                item = decode_item(data)
-                db_value = item.db_value
-                inline = len(db_value) if type(db_value) in (bytes, str) else 0
-                if (item.expire_time is not None and item.expire_time <= now) or (
-                    inline >= limit > 0
-                ):
-                    continue
-                params = (db_key, raw, now, item.expire_time, stamp, 0, item.mode, None, db_value)
-                store.write(sql.UPSERT, params, False, None, max(inline, MIN_WRITE_CHARGE))
-                renewed += 1
-        return renewed
+        return renew_copies(
+            self._store, self._disk, self._remote, self._words, self._stamps, names
+        )
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -313,15 +292,40 @@ class RemoteTier(RemoteTagOperations):
         name = encode_key(db_key, raw)
         only_new = statement is sql.ADD
         tags = extras if tag is None else (tag, *extras)
+        index, mine = self._words.expect_for(stamp_hash(name))  # (see _remote/stamps.py)
         stored = self._written(
             name, lambda: self._remote.set(name, data, expires, only_new, tags)
         )
         if stored:
-            self._bump(name)
+            now, stamp = self._words.bump_own(index, mine)
+            # This host's copy of what it wrote (a stored write always changed the item in
+            # Redis, so its echo comes): in this process's memory tier under the stamp just
+            # set, servable at once until the next change heard; in the database (for every
+            # process of the host) under `stamp`, servable from the echo on. Inline values
+            # only, as the refresher's: a value file per write would be written whether or not
+            # this host reads it again (a reader's get keeps one).
+            inline = len(db_value) if type(db_value) in (bytes, str) else 0
+            if not inline >= self._disk.min_file_size > 0:
+                self._keep(
+                    db_key, raw, key, mode, db_value, value, read, expires, index, stamp, now
+                )
         return stored
 
-    def _bump(self, name: bytes) -> None:
-        self._words.bump(self._words.index(stamp_hash(name)))
+    def _bump(self, name: bytes, mine: int = 0) -> None:
+        """A fresh stamp for `name`'s bucket once a write of it returned (`mine`: the
+        expected stamp of this write's own copy, kept; see `RemoteWords.bump`)."""
+        self._words.bump(self._words.index(stamp_hash(name)), mine)
+
+    def _keep_absent(self, key: Any, index: int, mine: int) -> None:
+        """After a removal that removed the item from Redis (so its echo comes): the memory
+        tier answers "absent" for it once the echo is heard (see `store_item`)."""
+        memory = self._memory
+        if memory is None:
+            return
+        db_key, raw = put_key(self._disk, key)
+        map_key = memory.map_key(db_key, raw)
+        if map_key is not None:
+            memory.store(map_key, None, ABSENT, index, mine, None, db_key, raw)
 
     def _written(self, name: bytes, write: Callable[[], _T]) -> _T:
         """``write()``; when its outcome is unknown (RemoteOutcomeUnknownError, raised on), the
@@ -348,16 +352,22 @@ class RemoteTier(RemoteTagOperations):
     def delete(self, key: Any) -> bool:
         """Remove `key` (and its tag memberships) from Redis; True when it was there."""
         name = self._name(key)
+        index, mine = self._words.expect_for(stamp_hash(name))
         removed = self._written(name, lambda: self._remote.delete(name))
-        self._bump(name)
+        stamp = self._words.bump_own(index, mine)[1]
+        if removed:
+            self._keep_absent(key, index, stamp)
         self.removed.explicit += removed
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
         name = self._name(key)
+        index, mine = self._words.expect_for(stamp_hash(name))
         data = self._written(name, lambda: self._remote.pop(name))
-        self._bump(name)
+        stamp = self._words.bump_own(index, mine)[1]
+        if data is not None:
+            self._keep_absent(key, index, stamp)
         self.removed.explicit += data is not None
         item = None if data is None else decode_item(data)
         if item is None or (item.expire_time is not None and item.expire_time <= time.time()):

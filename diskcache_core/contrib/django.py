@@ -525,15 +525,20 @@ class DjangoCache(BaseCache):  # Django ships no type information: see pyproject
     # use ``sync_to_async(thread_sensitive=True)``, which funnels every cache call of the process
     # through one thread; our connections are per thread, so the calls can run side by side.
     # Written out so that type checkers see each sync method's parameters (a twin made by a
-    # factory would lose, in pyright, to the untyped twin BaseCache declares). aget_or_set and
-    # aclose keep Django's versions: the first awaits aget/aadd below; the second has nothing
-    # to do, like close.
+    # factory would lose, in pyright, to the untyped twin BaseCache declares). aclose keeps
+    # Django's version: it has nothing to do, like close.
 
     async def aadd(self, key: str, value: Any, timeout: Any = DEFAULT_TIMEOUT,
                    version: int | None = None, read: bool = False, tag: Any = None,
                    retry: bool = True, *, tags: Any = None) -> bool:
         """Awaitable `add`."""
         return await run_sync(self.add, key, value, timeout, version, read, tag, retry, tags=tags)
+
+    async def aget_or_set(self, key: str, default: Any, timeout: Any = DEFAULT_TIMEOUT,
+                          version: int | None = None, *, tags: Any = None) -> Any:
+        """Awaitable `get_or_set` (Django's own would drop `tags`; a callable `default` is
+        called in the pool's thread, as Django 6 calls a backend's own get_or_set)."""
+        return await run_sync(self.get_or_set, key, default, timeout, version, tags=tags)
 
     async def aget(self, key: str, default: Any = None, version: int | None = None,
                    read: bool = False, expire_time: bool = False, tag: bool = False,

@@ -25,6 +25,11 @@ Decisions, and why:
   ``max(1, threshold // 256)``-th write of a process: the cache overshoots by at most that
   many items per writing process (none for thresholds below 512).
 - Bulk writes (``set_many``, ``delete_many``) are one transaction each.
+- CACHE_SERIALIZER (Flask-Caching 2.5): unset, values are stored by the cache's `Disk` (ints,
+  strs and bytes as themselves, others pickled), readable by any `Cache` on the directory, and
+  ``serializer`` is a cachelib `SimpleSerializer`, the pickle format it stands for. Set, every
+  value goes through its ``dumps`` and is stored as the bytes it makes (``loads`` on the way
+  back); a value it cannot serialize (``dumps`` returns None) is not stored.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ import contextlib
 import itertools
 import numbers
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, ContextManager, ParamSpec, TypeVar
 
 from flask import Flask
+from cachelib.serializers import BaseSerializer, SimpleSerializer
 from flask_caching.backends.base import BaseCache
 from werkzeug.utils import import_string
 
@@ -51,6 +58,8 @@ R = TypeVar("R")
 
 _EXPIRED = -1.0  # expire argument for negative timeouts: stored already expired
 _CHECKS_PER_THRESHOLD = 256
+_PICKLE = SimpleSerializer()  # what `DiskCache.serializer` says where none was set
+_UNSERIALIZABLE = object()  # a value the set serializer's dumps refused
 # The parameters after the directory, in order: what CACHE_ARGS gives by position.
 _POSITIONAL = ("threshold", "default_timeout", "ignore_delete_many_errors", "database_timeout", "disk")
 
@@ -108,6 +117,22 @@ class DiskCache(BaseCache):
         self._check_every = max(1, threshold // _CHECKS_PER_THRESHOLD)
         self._unchecked = 0  # writes since the count was last checked
         self._unchecked_lock = threading.Lock()
+        # CACHE_SERIALIZER's serializer, once Flask-Caching sets one; None: the Disk's format.
+        self._serializer: BaseSerializer | None = None
+
+    @property
+    def serializer(self) -> BaseSerializer:
+        """The cachelib serializer values go through: the one set (Flask-Caching sets
+        CACHE_SERIALIZER's here), else a `SimpleSerializer`, standing for the Disk's pickling."""
+        return _PICKLE if self._serializer is None else self._serializer
+
+    @serializer.setter
+    def serializer(self, serializer: BaseSerializer) -> None:
+        if not isinstance(serializer, BaseSerializer):
+            raise TypeError(
+                f"serializer must be a cachelib BaseSerializer, not {type(serializer).__name__}"
+            )
+        self._serializer = serializer
 
     @classmethod
     def factory(
@@ -159,6 +184,20 @@ class DiskCache(BaseCache):
             return None
         return float_seconds("timeout", seconds) if seconds > 0 else _EXPIRED
 
+    def _encoded(self, value: Any) -> Any:
+        """`value` as stored: itself, or the set serializer's bytes (`_UNSERIALIZABLE` where
+        its ``dumps`` failed: it returns None and logs why)."""
+        if self._serializer is None:
+            return value
+        data = self._serializer.dumps(value)
+        return _UNSERIALIZABLE if data is None else data
+
+    def _decoded(self, stored: Any) -> Any:
+        """A stored value (None: missing) as the caller's value."""
+        if self._serializer is None or stored is None:
+            return stored
+        return self._serializer.loads(stored)
+
     def _batch(self) -> ContextManager[Any]:
         """One transaction for a bulk write; with a remote (where a transaction cannot span
         hosts) each write stands alone."""
@@ -197,14 +236,18 @@ class DiskCache(BaseCache):
 
     def get(self, key: str) -> Any:
         """The value of `key`, or None when it is missing or expired."""
-        return _unless_busy(None, self._cache.get, key)
+        return self._decoded(_unless_busy(None, self._cache.get, key))
 
     def has(self, key: str) -> bool:
         """True when `key` is present and not expired (without reading its value)."""
         return _unless_busy(False, self._cache.__contains__, key)
 
     def set(self, key: str, value: Any, timeout: Any = None) -> bool:
-        """Store `value` under `key`; False when the database stayed busy."""
+        """Store `value` under `key`; False when the database stayed busy (or the serializer
+        refused the value)."""
+        value = self._encoded(value)
+        if value is _UNSERIALIZABLE:
+            return False
         stored = _unless_busy(False, self._cache.set, key, value, expire=self._expire(timeout))
         if stored:
             self._wrote()
@@ -212,6 +255,9 @@ class DiskCache(BaseCache):
 
     def add(self, key: str, value: Any, timeout: Any = None) -> bool:
         """Store `value` only if `key` is missing or expired (atomically); True when stored."""
+        value = self._encoded(value)
+        if value is _UNSERIALIZABLE:
+            return False
         stored = _unless_busy(False, self._cache.add, key, value, expire=self._expire(timeout))
         if stored:
             self._wrote()
@@ -227,19 +273,21 @@ class DiskCache(BaseCache):
 
     def set_many(self, mapping: dict[str, Any], timeout: Any = None) -> list[Any]:
         """Store every item in one transaction; return the keys stored (all, or none when the
-        database stayed busy)."""
+        database stayed busy; those the serializer refused are left out)."""
         expire = self._expire(timeout)
         cache = self._cache
+        encoded = {key: self._encoded(value) for key, value in mapping.items()}
+        stored = [key for key, value in encoded.items() if value is not _UNSERIALIZABLE]
         try:
             with self._batch():
-                for key, value in mapping.items():
-                    cache.set(key, value, expire=expire)
+                for key in stored:
+                    cache.set(key, encoded[key], expire=expire)
         except RemoteOutcomeUnknownError:
             raise
         except Timeout:
             return []
-        self._wrote(len(mapping))
-        return list(mapping)
+        self._wrote(len(stored))
+        return stored
 
     def delete_many(self, *keys: str) -> list[Any]:
         """Remove every key in one transaction; return the keys deleted (absent ones count).
@@ -277,6 +325,8 @@ class DiskCache(BaseCache):
         return self.inc(key, -delta)
 
     def _add(self, key: str, delta: int) -> Any:
+        if self._serializer is not None:  # values are the serializer's bytes: read, add, write
+            return self._add_serialized(key, delta)
         try:
             return self._cache.incr(key, delta, default=None)  # a number: its expiry stays
         except (KeyError, TypeError):  # missing, or not a number
@@ -288,6 +338,28 @@ class DiskCache(BaseCache):
                     raise  # a value that is not empty: cachelib's ``+`` fails as well
                 self._cache.set(key, delta, expire=self._expire(None))
                 return delta
+
+    def _add_serialized(self, key: str, delta: int) -> Any:
+        """`_add` where values are the set serializer's bytes, in one transaction: a number
+        keeps its expiry; a missing or empty value starts at 0 with the default timeout."""
+        cache = self._cache
+        with cache.transact():
+            stored, expire_time = cache.get(key, expire_time=True)
+            current = self._decoded(stored)
+            if current and not isinstance(current, numbers.Number):
+                raise TypeError(f"cannot add {delta!r} to the value of {key!r}: {current!r}")
+            value = (current or 0) + delta
+            if isinstance(current, numbers.Number) and expire_time is not None:
+                expire: float | None = max(expire_time - time.time(), 0.0) or _EXPIRED
+            elif isinstance(current, numbers.Number):
+                expire = None
+            else:
+                expire = self._expire(None)
+            data = self._encoded(value)
+            if data is _UNSERIALIZABLE:
+                return None
+            cache.set(key, data, expire=expire)
+            return value
 
     def close(self) -> None:
         """Close the calling thread's database connection (reopened on next use)."""

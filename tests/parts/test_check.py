@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
+from contextlib import closing
 
 import pytest
 from store_helpers import (
@@ -225,7 +227,7 @@ def test_a_damaged_hits_row_is_reported_and_fixed(store, value):
     from store_helpers import connect
 
     store.stats(enable=True)
-    with connect(store.directory) as con:
+    with closing(connect(store.directory)) as con:  # (a connection's own with does not close)
         con.execute("UPDATE Settings SET value = ? WHERE key = 'hits'", (value,))
     assert store.stats() == (0, 0)  # read as none, not a crash
     assert warning_text(store.check()) == [f"UserWarning: Settings.hits is not a count: {value!r}"]
@@ -303,7 +305,7 @@ def test_a_damaged_row_is_reported_named_and_dropped_with_its_file(make_store, d
     store.set('a', (b'x' * BIG,) if in_file else ('pickled', 1))
     (rowid,) = [row for (row,) in store._store.read("SELECT rowid FROM Cache WHERE key = 'a'")]
     before = value_files(store.directory)
-    with connect(store.directory) as con:
+    with closing(connect(store.directory)) as con:
         con.execute(f"UPDATE Cache SET {assignment} WHERE key = 'a'")
     store = make_store()
     if decode_fails:
@@ -345,7 +347,7 @@ def test_a_custom_disks_own_modes_are_not_damage(make_store):
     store.set('a', 'Shout')
     assert store.get('a') == 'SHOUT'
     assert store.check() == []
-    with connect(store.directory) as con:
+    with closing(connect(store.directory)) as con:
         con.execute("UPDATE Cache SET mode = 'abc' WHERE key = 'a'")
     store = make_store(disk=OwnModes)
     # A mode of the wrong type is not the library's to judge for a Disk of its own either.
@@ -357,7 +359,7 @@ def test_every_read_of_a_damaged_row_names_it(make_store):
     store.set('a', ('pickled', 1))
     store.set('n', ('pickled', 2))
     store.push(('pickled', 3), prefix='q')
-    with connect(store.directory) as con:
+    with closing(connect(store.directory)) as con:
         con.execute("UPDATE Cache SET mode = 'abc'")
     store = make_store()
     reads = {
@@ -373,3 +375,26 @@ def test_every_read_of_a_damaged_row_names_it(make_store):
         with pytest.raises(dc.DatabaseError, match=r"row .*key .* is damaged: its mode 'abc'"):
             read()
         assert len(store) == 3, name  # nothing was removed on the way
+
+
+def test_check_returns_its_findings_and_warns_others_again(store, monkeypatch):
+    """A warning that unrelated code raises while check runs (the garbage collector closing a
+    forgotten connection: a ResourceWarning on Python 3.13) is not a finding of the check."""
+    import diskcache_core._cache.check as check_module
+
+    counters = check_module._check_counters
+
+    def warning_meanwhile(*args, **kwargs):
+        warnings.warn("unclosed database", ResourceWarning)
+        return counters(*args, **kwargs)
+
+    monkeypatch.setattr(check_module, "_check_counters", warning_meanwhile)
+    store.set("a", 1)
+    with pytest.warns(ResourceWarning, match="unclosed database"):
+        assert store.check() == []
+    open(os.path.join(store.directory, "stray"), "w").close()
+    with pytest.warns(ResourceWarning):
+        found = store.check()
+    assert [str(item.message) for item in found] == [
+        f"unknown file: {os.path.join(os.path.realpath(store.directory), 'stray')}"
+    ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import pytest
 pytest.importorskip("flask_caching")
 
 from cachelib import SimpleCache
+from cachelib.serializers import JSONSerializer, SimpleSerializer
+from flask_caching import Cache as FlaskCache
 
 import diskcache_core
 from diskcache_core.contrib.flask import DiskCache
@@ -405,3 +408,89 @@ def test_cache_args_give_the_parameters_after_the_directory(cache_dir, cache_arg
         backend.close()
     with pytest.raises(TypeError, match="CACHE_ARGS"):
         create_app(cache_dir, CACHE_ARGS=[1, 2, 3, 4, "disk", "extra"])
+
+
+# --- CACHE_SERIALIZER (Flask-Caching 2.5) ----------------------------------------------------
+
+
+def test_without_a_serializer_values_are_stored_by_the_disk(backend):
+    assert isinstance(backend.serializer, SimpleSerializer)  # pickle: what the Disk does
+    backend.set("item", {"a": [1, 2]})
+    backend.set("count", 3)
+    assert backend.cache.get("item") == {"a": [1, 2]}  # readable by any Cache on the directory
+    assert backend.cache.get("count") == 3
+
+
+def test_cache_serializer_from_the_app_config_stores_its_bytes(cache_dir):
+    if not hasattr(FlaskCache, "_get_serializer"):
+        pytest.skip("this Flask-Caching has no CACHE_SERIALIZER")
+    app, cache, _ = create_app(cache_dir, CACHE_SERIALIZER=JSONSerializer)
+    with app.app_context():
+        backend = cache.cache
+        assert isinstance(backend.serializer, JSONSerializer)
+        assert cache.set("item", {"a": [1, 2]})
+        assert backend.cache.get("item") == b'{"a": [1, 2]}'
+        assert cache.get("item") == {"a": [1, 2]}
+        assert cache.get_many("item", "missing") == [{"a": [1, 2]}, None]
+        backend.close()
+
+
+class Counting(SimpleSerializer):
+    """Counts its dumps and loads."""
+
+    def __init__(self) -> None:
+        self.dumped = self.loaded = 0
+
+    def dumps(self, value: Any, protocol: int = 5) -> bytes | None:
+        self.dumped += 1
+        return super().dumps(value, protocol)
+
+    def loads(self, bvalue: bytes) -> Any:
+        self.loaded += 1
+        return super().loads(bvalue)
+
+
+def test_a_set_serializer_runs_once_per_value_written_and_read(backend):
+    backend.serializer = counting = Counting()
+    assert backend.set("a", "x") and backend.add("b", "y") and not backend.add("b", "z")
+    assert backend.set_many({"c": 1, "d": 2}) == ["c", "d"]
+    assert (counting.dumped, counting.loaded) == (5, 0)
+    assert [backend.get(key) for key in "abcd"] == ["x", "y", 1, 2]
+    assert backend.get("missing") is None
+    assert counting.loaded == 4  # a missing key is not decoded
+
+
+def test_a_value_the_serializer_refuses_is_not_stored(backend):
+    backend.serializer = JSONSerializer()
+    backend.set("kept", [1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert backend.set("kept", {1, 2}) is False  # JSON has no sets: dumps gives None
+        assert backend.add("other", {1, 2}) is False
+        assert backend.set_many({"good": 1, "bad": {3}}) == ["good"]
+    assert backend.get("kept") == [1] and "other" not in backend.cache
+    assert backend.get("good") == 1 and "bad" not in backend.cache
+
+
+def test_inc_with_a_serializer_adds_to_the_decoded_number_and_keeps_its_expiry(cache_dir):
+    backend = DiskCache(cache_dir, default_timeout=60)
+    backend.serializer = JSONSerializer()
+    assert backend.inc("made") == 1 and backend.inc("made", 4) == 5
+    assert backend.cache.get("made") == b"5"
+    backend.set("number", 10, timeout=500)
+    assert backend.dec("number", 3) == 7
+    backend.set("none", None)
+    assert backend.inc("none", 2) == 2
+    backend.set("text", "abc")
+    with pytest.raises(TypeError, match="text"):
+        backend.inc("text")
+    assert backend.get("text") == "abc"
+    now = time.time()
+    made, number = (backend.cache.get(key, expire_time=True)[1] - now for key in ("made", "number"))
+    assert 50 < made <= 60 and 490 < number <= 500
+    backend.close()
+
+
+def test_a_serializer_must_be_a_cachelib_one(backend):
+    with pytest.raises(TypeError, match="BaseSerializer"):
+        backend.serializer = json  # type: ignore[assignment]

@@ -60,6 +60,9 @@ def test_the_awaitable_twins_take_tags(backend):
         assert await backend.aadd("b", 2, tags=["y", "z"]) is True
         assert await backend.aset_many({"c": 3}, tags=["z", "w"]) == []
         assert await backend.aget("a", tags=True) == (1, frozenset({"x", "y"}))
-        return await backend.aevict_tags(["z"])
+        assert await backend.aget_or_set("d", lambda: 4, tags=["w"]) == 4
+        assert await backend.aget_or_set("d", 5, tags=["v"]) == 4  # there: its tags stay
+        assert await backend.aget("d", tags=True) == (4, frozenset({"w"}))
+        return await backend.aevict_tags(["z", "w"])
 
-    assert asyncio.run(main()) == 2
+    assert asyncio.run(main()) == 3  # b, c and d
