@@ -194,7 +194,12 @@ def _webapp(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     processes = args.processes or ([2] if args.quick else [4])
-    return webapp.main(rows, processes, workload, args.output, args.scratch, smoke=args.quick)
+    plots = not args.no_plots
+    if plots and importlib.util.find_spec("matplotlib") is None:
+        print("no plot: matplotlib is not installed: pip install matplotlib", file=sys.stderr)
+        plots = False
+    return webapp.main(rows, processes, workload, args.output, args.scratch, smoke=args.quick,
+                       plots=plots)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -134,3 +134,68 @@ def write_plots(run: RunResults, folder: str) -> dict[tuple[str, int], list[str]
                              f"{heading}: latency by percentile")
             images[(level, processes)] = [bars, curves]
     return images
+
+
+#: The webapp workload's per-operation bars (benchmarks/webapp.py reports these four).
+WEBAPP_METRICS = ("median", "p90", "p99", "p99.9")
+
+
+def webapp_chart(data: dict[str, Any], path: str) -> None:
+    """The tags workload (``--workload webapp``), drawn from its ``webapp.json`` (so it can be
+    redrawn from a saved file): throughput per row, with its stale reads written on each bar;
+    then one panel per operation with the row's median, p90, p99 and p99.9 latency."""
+    from .stats import ActionStats
+
+    plt = _pyplot()
+    rows = [r for r in data["results"] if not r.get("skipped")]
+    if not rows:
+        return
+    several = len({r["processes"] for r in rows}) > 1
+    labels = [f"{r['row']} ×{r['processes']}" if several else r["row"] for r in rows]
+    actions = list(rows[0]["actions"])
+    figure, axes = plt.subplots(1, 1 + len(actions), figsize=(4.5 * (1 + len(actions)), 5.5))
+    positions = list(range(len(rows)))
+    colors = plt.get_cmap("tab10")
+
+    throughput = axes[0]
+    bars = throughput.bar(positions, [r["throughput"] for r in rows],
+                          color=[colors(i % 10) for i in positions])
+    for bar, row in zip(bars, rows):
+        throughput.annotate(f"{row['stale_reads']} stale", (bar.get_x() + bar.get_width() / 2,
+                            bar.get_height()), ha="center", va="bottom", fontsize=8)
+    throughput.set_title("throughput (stale reads on each bar)")
+    throughput.set_ylabel("operations per second, all processes")
+    throughput.grid(axis="y", alpha=0.4)
+
+    width = 0.8 / len(WEBAPP_METRICS)
+    for axis, action in zip(axes[1:], actions):
+        stats = [ActionStats.from_dict(r["actions"][action]) for r in rows]
+        lowest, highest = float("inf"), 0.0
+        for offset, metric in enumerate(WEBAPP_METRICS):
+            # No bar for a percentile the sample count cannot support (the tables show "—").
+            heights = [s.metric(metric) / 1e3 if s.supports(metric) else 0.0 for s in stats]
+            lowest = min([lowest, *(h for h in heights if h > 0)])
+            highest = max([highest, *heights])
+            shift = (offset - (len(WEBAPP_METRICS) - 1) / 2) * width
+            axis.bar([x + shift for x in positions], heights, width, label=metric,
+                     color=colors(offset + len(rows)))
+        if lowest != float("inf"):
+            # (as bar_chart: small differences stay small; the tallest bar stays inside)
+            axis.set_ylim(bottom=lowest / 4, top=highest * 2)
+        latency_axis(axis)
+        axis.set_title(action)
+        axis.grid(axis="y", which="major", alpha=0.4)
+    handles, names = axes[1].get_legend_handles_labels()
+    figure.legend(handles, names, loc="lower center", ncol=len(names))
+    for axis in axes:
+        axis.set_xticks(positions)
+        axis.set_xticklabels(labels, rotation=35, ha="right")
+    parameters = data.get("parameters", {})
+    mix = "/".join(map(str, parameters.get("mix", ())))
+    figure.suptitle(f"Tags workload (webapp): {mix} get/set/invalidate, "
+                    f"{parameters.get('operations', '?')} operations per process, "
+                    f"{parameters.get('tags_per_item', '?')} tags per item"
+                    + (" — SMOKE RUN, not a measurement" if parameters.get("smoke") else ""))
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

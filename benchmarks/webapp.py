@@ -369,8 +369,10 @@ def run(rows: list[str], processes: list[int], workload: WebappWorkload,
 
 
 def main(rows: list[str], processes: list[int], workload: WebappWorkload, output: str,
-         scratch: Optional[str], smoke: bool) -> int:
-    """Run, print the report, write webapp.txt and webapp.json in `output`."""
+         scratch: Optional[str], smoke: bool, plots: bool = True) -> int:
+    """Run, print the report, write webapp.txt and webapp.json in `output`, and with `plots`
+    webapp.png (throughput, stale reads and per-operation percentiles per row: see
+    `benchmarks.plots.webapp_chart`, which redraws it from webapp.json too)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     machine = (f"Machine: {os.cpu_count()} CPUs, load average {load:.1f} when the run started "
                "(a loaded machine's figures are noisy: compare rows of one run only)")
@@ -386,6 +388,10 @@ def main(rows: list[str], processes: list[int], workload: WebappWorkload, output
             "results": [result.to_dict() for result in results]}
     with open(os.path.join(output, "webapp.json"), "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
+    if plots:
+        from .plots import webapp_chart
+
+        webapp_chart(data, os.path.join(output, "webapp.png"))
     ours = [r for r in results if r.row.startswith("core") and not r.skipped]
     if any(r.stale_reads for r in ours):
         print("stale reads from diskcache_core: a bug", file=sys.stderr)

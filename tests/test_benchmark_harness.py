@@ -852,6 +852,48 @@ def test_webapp_quick_run_of_ours_has_no_stale_reads(
     assert (output / "webapp.txt").read_text(encoding="utf-8") == printed
     assert printed.count("Timings for core-") == 2
     assert [d.name for d in tmp_path.iterdir()] == ["out"]  # cache directories removed
+    if importlib.util.find_spec("matplotlib") is not None:  # the plot, written by the run
+        assert (output / "webapp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_webapp_chart_draws_the_rows_that_ran_from_the_json(tmp_path: Path) -> None:
+    """The plot is drawn from webapp.json alone (so it can be redrawn from a saved run), one bar
+    group per row that ran: a skipped row is left out, a smoke run says so in the title."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from benchmarks.plots import webapp_chart
+
+    def row(name: str, stale: int) -> dict[str, Any]:
+        result = webapp.RowResult(name, 2, stale_reads=stale, throughput=1000.0)
+        for number, action in enumerate(webapp.ACTIONS, 1):
+            result.actions[action] = summarize(action, range(1000 * number, 1000 * number + 500), 0)
+        return result.to_dict()
+
+    skipped = webapp.RowResult("redis-tags", 2, skipped="not installed").to_dict()
+    data = {"parameters": {"mix": [65, 25, 10], "operations": 600, "tags_per_item": 3,
+                           "smoke": True},
+            "results": [row("core-cache", 0), skipped, row("memcached-versions", 3)]}
+    drawn: list[Any] = []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(figure: Any, path: Any, **kwargs: Any) -> None:
+        drawn.append(figure)
+        real_savefig(figure, path, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+        webapp_chart(data, str(tmp_path / "webapp.png"))
+    assert (tmp_path / "webapp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (figure,) = drawn
+    axes = figure.get_axes()
+    assert [axis.get_title() for axis in axes] == [
+        "throughput (stale reads on each bar)", "get", "set", "invalidate"]
+    assert [label.get_text() for label in axes[0].get_xticklabels()] == [
+        "core-cache", "memcached-versions"]
+    assert [text.get_text() for text in axes[0].texts] == ["0 stale", "3 stale"]
+    assert len(axes[1].patches) == 2 * 4  # two rows × median, p90, p99, p99.9
+    assert "SMOKE RUN" in figure._suptitle.get_text()
 
 
 def test_webapp_counts_the_stale_reads_of_an_invalidation_that_does_nothing(

@@ -166,10 +166,13 @@ class CacheBase(MemorySettings, QueueMethods):
     def _apply_setting(self, name: str, value: Any) -> Any:
         """Validate a setting and make this object use it (not stored; see `reset`)."""
         value = validate_setting(name, value)
-        if name == "eviction_policy":
-            self._evictor.set_policy(value)
-        elif name == "statistics":
-            self._evictor.set_statistics(value)
+        if name == "eviction_policy" or name == "statistics":
+            if name == "eviction_policy":
+                self._evictor.set_policy(value)
+            else:
+                self._evictor.set_statistics(value)
+            if self._memory is not None:  # its hit path binds whether gets are noted
+                self._memory.build_hit_path()
         elif name == "size_limit":
             self._evictor.set_size_limit(value)
         elif name == "exact_size_limit":

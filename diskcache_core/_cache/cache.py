@@ -149,13 +149,22 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         if memory is None:
             refill = False  # whether to ask MemoryTier.begin_fill
         elif not (read or expire_time or tag or store_time):
-            found = memory.hit(key, default)  # the tier's hit path (built by the tier)
-            if found is FILL:
-                refill = True
-            elif found is MISS:
+            answering = memory.answering  # the tier's hit path (built by the tier)
+            if answering is None:  # a sampling gap: MemoryTier.hit's skipping, inline (no call
+                admission = memory.admission  # per skipped get; counted as a miss already)
+                left = admission.skip - 1
+                admission.skip = left
+                if left <= 0:
+                    memory.end_gap()
                 refill = False
             else:
-                return found
+                found = answering(key, default)
+                if found is FILL:
+                    refill = True
+                elif found is MISS:
+                    refill = False
+                else:
+                    return found
         else:
             refill = not read and memory.fills_unanswered()
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
@@ -345,7 +354,10 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
             tag, extras = check_tags(tag, tags)
         now = time.time()
         disk = self._disk
-        db_key, raw = put_key(disk, key)  # checked before a value file is written for it
+        if type(key) is str and self._plain_keys and key.isascii():
+            db_key, raw = key, 1  # put_key's commonest answer, inline (nothing to check)
+        else:
+            db_key, raw = put_key(disk, key)  # checked before a value file is written for it
         expires = None if expire is None else expire_at(now, expire)
         if tag is not None and tags is None:
             tag = check_tag(tag)
@@ -449,7 +461,10 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
 
     def delete(self, key: Any, retry: bool = False) -> bool:
         """Remove `key`; True when a live item was removed (expired ones go silently)."""
-        db_key, raw = put_key(self._disk, key)
+        if type(key) is str and self._plain_keys and key.isascii():
+            db_key, raw = key, 1  # put_key's commonest answer, inline (nothing to check)
+        else:
+            db_key, raw = put_key(self._disk, key)
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
         if count != 1:
             return False

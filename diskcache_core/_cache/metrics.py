@@ -35,14 +35,14 @@ def cache_metrics(cache: CacheBase) -> CacheMetrics:
     absent = memory.absent_hits if memory is not None else 0
     if remote is None:
         gets = Gets(
-            memory=(memory.hits - absent) if memory is not None else 0,
+            memory=memory.value_hits if memory is not None else 0,
             database=reads.found,
             misses=reads.missed + absent,
         )
     else:
         answered = remote.answered
         gets = Gets(
-            memory=(memory.hits - absent) if memory is not None else 0,
+            memory=memory.value_hits if memory is not None else 0,
             database=answered.local,
             remote=answered.found,
             misses=answered.missed + absent,

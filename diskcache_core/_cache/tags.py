@@ -69,22 +69,49 @@ class ItemTags:
         db_key: Any, raw: int, extras: tuple[Any, ...], spared: Any = None,
     ) -> Written:
         """Run the item's write `statement` and store its `extras` in one transaction (the table
-        and triggers made first, where this is the database's first extra tag); `spared` is the
-        write context of `Store.write`."""
+        and triggers made in it, where this is the database's first extra tag); `spared` is the
+        write context of `Store.write`.
+
+        An overwrite keeping the item's first tag leaves its tag entries alone and replaces only
+        the extra tags that change (`_store.tags.keeping_first_tag`); any other write replaces
+        them all (the retag trigger drops the old ones).
+        """
         store = self.store
+        tagged = (db_key, raw, *extras)
         # The transaction owns `new_file`: removed if BEGIN or any statement fails.
         with store.transaction(retry, new_file) as state:
-            # Probed under the write lock, each time: a flag could be stale (see `_read`).
-            try:
-                state.execute(tsql.PROBE_TAG_TABLE)
-            except sqlite3.OperationalError:  # no such table: made in this transaction
-                for create in tsql.CREATE_TAG_SCHEMA:
-                    state.execute(create)
-            count, _ = store.write(statement, params, retry, None, charge, spared)
-            if count == 1:
-                state.execute(tsql.insert_extra_tags(len(extras)), (db_key, raw, *extras))
+            count, _ = store.write(
+                tsql.keeping_first_tag(statement), params, retry, None, charge, spared
+            )
+            if count != 1:  # another first tag (or add found a live item): the write's own
+                count, _ = store.write(statement, params, retry, None, 0, spared)
+                insert = count == 1
+            elif state.inserted:
+                insert = True
+            else:  # an overwrite keeping its first tag: does it keep its extra tags too?
+                old = self._execute(state, tsql.SELECT_EXTRA_TAGS, (db_key, raw))
+                insert = _typed(tag for (tag,) in old) != _typed(extras)
+                if insert:  # those not kept go; the missing are added next
+                    self._execute(state, tsql.delete_other_tags(len(extras)), tagged)
+            if insert:
+                self._execute(state, tsql.insert_extra_tags(len(extras)), tagged)
         self._table = True
         return count, None
+
+    @staticmethod
+    def _execute(state: Any, statement: str, params: tuple[Any, ...]) -> list[Any]:
+        """Run a statement of the tag table in the write's transaction; where the table is
+        missing (rarely: the database's first extra tag, or a database made anew since), make
+        it and its triggers first, in the same transaction (no probe on every write)."""
+        try:
+            rows: list[Any] = state.execute(statement, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            for create in tsql.CREATE_TAG_SCHEMA:
+                state.execute(create)
+            rows = state.execute(statement, params).fetchall()
+        return rows
 
     def read_item(self, db_key: Any, raw: int) -> TaggedRow | None:
         """The live item's row (mode, filename, value or size, expire time, first tag, store
@@ -118,16 +145,29 @@ class ItemTags:
             count += removed
 
     def evict_tags(self, tags: tuple[Any, ...], retry: bool) -> int:
-        """Remove every item carrying any of `tags` (checked), in one transaction; how many."""
+        """Remove every item carrying any of `tags` (checked), in one transaction; how many.
+
+        Up to TAGS_PER_STATEMENT tags (the usual case) take one statement of their own, its own
+        transaction (no statement journal: see `_store.tags.delete_tagged`); more take one
+        transaction of a statement per TAGS_PER_STATEMENT."""
         if not tags:
             return 0
-        count = 0
-        with self.store.transaction(retry) as state:
-            extra = bool(state.execute(tsql.TAG_TABLE_EXISTS).fetchall())  # (under the lock)
-            for tag in tags:
-                count += state.execute(tsql.DELETE_FIRST_TAGGED, (tag,)).rowcount
-                if extra:
-                    count += state.execute(tsql.DELETE_EXTRA_TAGGED, (tag,)).rowcount
+        size = tsql.TAGS_PER_STATEMENT
+        if len(tags) <= size:
+            try:
+                count, _ = self.store.write(tsql.delete_tagged(len(tags), True), tags, retry)
+            except DatabaseError as exc:  # no tag table: no item has extra tags
+                if "no such table" not in str(exc):
+                    raise
+                self._table = False
+                count, _ = self.store.write(tsql.delete_tagged(len(tags), False), tags, retry)
+        else:
+            count = 0
+            with self.store.transaction(retry) as state:
+                extra = bool(state.execute(tsql.TAG_TABLE_EXISTS).fetchall())  # (under the lock)
+                for start in range(0, len(tags), size):
+                    chunk = tags[start:start + size]
+                    count += state.execute(tsql.delete_tagged(len(chunk), extra), chunk).rowcount
         _reaper.drain()  # the caller sees the files gone, not just the rows
         return count
 
@@ -145,6 +185,12 @@ class ItemTags:
             if len(rows) < _PAGE:
                 return
             last = rows[-1][0]
+
+
+def _typed(tags: Iterable[Any]) -> set[tuple[type, Any]]:
+    """Tags compared as SQLite stores them: 1 and 1.0 are one tag to SQLite but not the same
+    stored value."""
+    return {(type(tag), tag) for tag in tags}
 
 
 def check_evict_tags(tags: Any) -> tuple[Any, ...]:

@@ -16,7 +16,9 @@ found, and ends the sampling.
 
 The counts of hits and misses live here too: the policy decides by them, and the tier's hit path
 (which must not hold the tier itself: a reference cycle would keep a dropped cache's version file
-mapped until the garbage collector ran) counts them here.
+mapped until the garbage collector ran) counts them here. A hit counts once: one with a value in
+`hits`, one that answered "absent" in `absent_hits`. The clock of "lately" is the gets that
+looked a value up or missed (``hits + misses``); sampling reviews count both kinds of hit.
 """
 
 from __future__ import annotations
@@ -45,14 +47,16 @@ class Admission:
     tier. Counts are plain increments: exact with one thread, approximate when threads race."""
 
     def __init__(self, item_limit: int) -> None:
-        self.hits = 0
+        self.hits = 0  # hits that answered a value
         self.misses = 0
-        self.absent_hits = 0  # hits that answered "absent" (for `Cache.metrics`)
+        self.absent_hits = 0  # hits that answered "absent" (never reset: `Cache.metrics`)
+        self.absent_at_reset = 0  # absent_hits at the last `reset_counts`
+        self.earlier_hits = 0  # hits counted before the last `reset_counts` (`Cache.metrics`)
         self.invalidated = 0  # entries found invalidated by a write (likewise)
         self.recent: set[int] = set()
         self.forget_after = item_limit
         self.forget_at = item_limit
-        self.skip = 0  # gets left to skip the tier in the current gap
+        self.skip = 0  # gets left to skip the tier in the current gap (in `misses` already)
         self.gap = 0  # gets skipped after a sampled miss (0: not sampling)
         self._reviewed = (0, 0)  # hits and misses at the last review
         self._samples_left = SAMPLED_REVIEW
@@ -92,7 +96,7 @@ class Admission:
     def review(self) -> None:
         """Start or stop sampling by how often lookups hit since the last review."""
         last_hits, last_misses = self._reviewed
-        hits, misses = self.hits, self.misses
+        hits, misses = self.hits + self.absent_hits - self.absent_at_reset, self.misses
         new_hits, new_misses = hits - last_hits, misses - last_misses
         self._reviewed = (hits, misses)
         if new_hits < 0 or new_misses < 0:  # a stats reset in another thread raced: no window
@@ -121,6 +125,9 @@ class Admission:
 
     def reset_counts(self) -> None:
         """Zero the hit and miss counts; review from there."""
-        self.hits = self.misses = 0
+        self.earlier_hits += self.hits
+        self.hits = 0
+        self.misses = self.skip  # the gap's gets still to come, counted when it began
+        self.absent_at_reset = self.absent_hits
         self._reviewed = (0, 0)
         self.forget_at = min(self.forget_at, self.forget_after)

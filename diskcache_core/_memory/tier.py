@@ -41,7 +41,6 @@ commit and read transaction, ordering them against the SELECT and the commit.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -49,53 +48,26 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from .._disk.disk import UNSTORABLE, as_read_back
 from .._metrics import MemoryStats
 from .._store.versions import pre_index
 from .admission import Admission
+from .hitpath import ABSENT, FILL, MISS, Entry, HitPath, ReadNotes, hit_functions, map_key_of
 
 __all__ = [
     "ABSENT", "FILL", "MISS", "Entry", "Fill", "HitPath", "MemoryStats", "MemoryTier", "ReadNotes",
 ]
 
+_getsizeof = sys.getsizeof
 # Rough bytes per entry beyond key and value (entry, map node, slot), counted towards the limit.
 ENTRY_OVERHEAD = 200
 # Values of these exact (immutable) types are kept as they are; others serialized (decoded per hit).
 IMMUTABLE_TYPES = frozenset({bytes, str, int, float, bool, complex, type(None)})
 
 
-# --- the in-process map --------------------------------------------------------------------------
-
-
-ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT", "__slots__": ()})()
-
-
-class Entry:
-    """One kept item: its value (or that it is absent) and the tag that validates it.
-
-    `stored` is the value itself when `fetch_mode` is None, the serialized column value to decode
-    on each hit when it is a Disk mode, and nothing when `fetch_mode` is ABSENT: the key was
-    missing (or expired) in the database. `tag` is the bucket's ``pre`` word the entry is valid
-    for (`word` is that word's index). A class with slots, not a named tuple: unpacking a tuple
-    subclass takes Python's slow path, and the hot get reads only a few fields.
-    """
-
-    __slots__ = ("stored", "fetch_mode", "word", "tag", "expire_time", "db_key", "raw", "nbytes")
-
-    def __init__(
-        self, stored: Any, fetch_mode: Any, word: int, tag: int, expire_time: float | None,
-        db_key: Any, raw: Any, nbytes: int,
-    ) -> None:
-        self.stored = stored
-        self.fetch_mode = fetch_mode
-        self.word = word
-        self.tag = tag
-        self.expire_time = expire_time
-        self.db_key = db_key
-        self.raw = raw
-        self.nbytes = nbytes
+# --- the in-process map (its entries, keys and the hit path: _memory/hitpath.py) --------------
 
 
 class Fill(NamedTuple):
@@ -105,42 +77,6 @@ class Fill(NamedTuple):
     map_key: Hashable
     word: int  # index of the bucket's ``pre`` word
     version: int | None
-
-
-# What a tier's hit path (`MemoryTier.hit`) returns when it cannot answer: the store is read,
-# and (FILL) the tier asked to keep what it finds (`begin_fill`), or (MISS) not.
-MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
-FILL: Any = type("Fill", (), {"__repr__": lambda self: "FILL", "__slots__": ()})()
-
-HitPath = Callable[[Any, Any], Any]
-
-
-class ReadNotes(Protocol):
-    """Who hears of the gets the tier answers (the Evictor: its policy orders by reads)."""
-
-    tracks_reads: bool
-
-    def note_read(self, db_key: Any, raw: Any, hit: bool, now: float) -> None: ...
-
-
-def map_key_of(db_key: Any, raw: Any, plain_keys: bool) -> Hashable:
-    """Map key for a database key: equal exactly when the database keys are the same row.
-
-    Raw keys of the standard Disk are used as they are (Python's equality of str, bytes, int and
-    float agrees with SQLite's for them); anything else is a tuple, which no raw key equals. NaN
-    keys (never found by SQLite) map to None, which is never stored.
-    """
-    if raw and plain_keys:
-        if type(db_key) is float and math.isnan(db_key):
-            return None
-        key: Hashable = db_key
-        return key
-    map_key = (db_key, raw)
-    try:
-        hash(map_key)
-    except TypeError:  # a custom Disk's odd key: SQLite will say what is wrong with it
-        return None
-    return map_key
 
 
 def _never(key: Any, default: Any) -> Any:
@@ -195,6 +131,9 @@ class MemoryTier:
         self._guard = guard
         self._admits_reads = admits_reads
         self.hit: HitPath = _never
+        # `hit` while gets look the map up; None while a sampling gap lasts. Cache.get reads
+        # this one and counts a skipped get itself (`skipped`, inline): no call per skipped get.
+        self.answering: HitPath | None = None
         self._answer: HitPath = _never
         self._skipping: HitPath = _never
         self.build_hit_path()
@@ -210,13 +149,23 @@ class MemoryTier:
 
     @property
     def hits(self) -> int:
-        """Gets (and ``in`` tests) answered from memory."""
-        return self.admission.hits
+        """Gets (and ``in`` tests) answered from memory, with a value or "absent"."""
+        admission = self.admission
+        return admission.hits + admission.absent_hits - admission.absent_at_reset
 
     @property
     def misses(self) -> int:
-        """Gets that read the store while the tier was on."""
-        return self.admission.misses
+        """Gets that read the store while the tier was on (a sampling gap's are counted as
+        it begins: those still to come are not yet misses)."""
+        admission = self.admission
+        return admission.misses - admission.skip
+
+    @property
+    def value_hits(self) -> int:
+        """Gets answered from memory with a value since the tier was made (for `Cache.metrics`,
+        whose counts `stats(reset=True)` leaves alone, as it leaves `absent_hits`)."""
+        admission = self.admission
+        return admission.hits + admission.earlier_hits
 
     @property
     def absent_hits(self) -> int:
@@ -241,85 +190,35 @@ class MemoryTier:
 
         The hottest path of all, where one method call or attribute load costs a tenth of the
         hit (measured with benchmarks.micro): everything it reads is bound once, here, and it
-        is built anew when what it binds changes (`rebind`). While a sampling gap lasts (the
+        is built anew when what it binds changes (`rebind`; whether `reads` tracks reads: the
+        eviction policy or statistics setting changed). While a sampling gap lasts (the
         admission policy's "Sampling"), `hit` is the skipping function instead, which counts
-        the skipped gets. Neither holds a reference to the tier (only a weak one, to switch
+        the skipped gets down (they are counted as misses when the gap begins), and
+        `answering` is None. Neither holds a reference to the tier (only a weak one, to switch
         between the two): a dropped cache's tier is freed at once, its version file closed.
+
+        Each answer counts once: a value in ``hits``, "absent" in ``absent_hits`` (the tier's
+        `hits` is their sum), so that a known-absent hit costs no second increment.
         """
+        reads = self._reads  # bound only while it tracks reads (a hit tests one name)
+        self._answer, self._skipping = hit_functions(
+            self.admission, self.entries, self.words, self.plain_keys, self._put, self._fetch,
+            reads if reads is not None and reads.tracks_reads else None, self._guard,
+            self._admits_reads, weakref.ref(self),
+        )
         admission = self.admission
-        recent = admission.recent
-        entries = self.entries
-        lookup = entries.get
-        move_to_end = entries.move_to_end
-        words = self.words
-        plain_keys = self.plain_keys
-        put = self._put
-        fetch = self._fetch
-        reads = self._reads
-        guard = self._guard
-        admits = self._admits_reads
-        stale = FILL if admits else MISS  # an invalid or expired entry: refilled if it may be
-        owner = weakref.ref(self)
+        if admission.skip > 0:
+            self.start_gap()
+        else:
+            self.end_gap()
 
-        def answer(key: Any, default: Any) -> Any:
-            kind = type(key)
-            if (kind is str or kind is bytes) and plain_keys:
-                map_key: Hashable = key
-            else:
-                map_key = map_key_of(*put(key), plain_keys)
-            entry = lookup(map_key)
-            if entry is None:
-                if not admits:
-                    return MISS
-                # `begin_fill`'s commonest answer, inline (it runs on every miss of a key the
-                # tier does not hold): a key not seen lately is noted, not filled.
-                seen = hash(map_key)
-                if seen in recent:
-                    return FILL
-                admission.misses += 1
-                if admission.hits + admission.misses >= admission.forget_at:
-                    admission.forget_recent()
-                recent.add(seen)
-                if admission.gap and admission.sampled_miss():
-                    tier = owner()
-                    if tier is not None:
-                        tier.hit = tier._skipping  # the next `gap` gets skip the map
-                return MISS
-            if words[entry.word] != entry.tag:
-                if not admits:  # (else `begin_fill` counts it, as it counts the miss)
-                    admission.invalidated += 1
-                return stale
-            expires = entry.expire_time
-            if expires is not None and expires <= time.time():
-                return stale
-            if guard is not None and not guard():
-                return stale
-            admission.hits += 1
-            try:
-                move_to_end(map_key)
-            except KeyError:  # evicted by another thread just now
-                pass
-            mode = entry.fetch_mode
-            if reads is not None and reads.tracks_reads:
-                reads.note_read(entry.db_key, entry.raw, mode is not ABSENT, time.time())
-            if mode is None:
-                return entry.stored
-            if mode is ABSENT:
-                admission.absent_hits += 1
-                return default
-            return fetch(mode, None, entry.stored, False)
+    def start_gap(self) -> None:
+        """A sampled get missed the map: the next gets of the gap skip it."""
+        self.hit, self.answering = self._skipping, None
 
-        def skipping(key: Any, default: Any) -> Any:
-            admission.misses += 1  # a skipped get counts as a miss
-            admission.skip -= 1
-            if admission.skip <= 0:
-                tier = owner()
-                if tier is not None:
-                    tier.hit = tier._answer  # the next get looks the map up
-            return MISS
-
-        self._answer, self._skipping = answer, skipping
-        self.hit = skipping if admission.skip > 0 else answer
+    def end_gap(self) -> None:
+        """The last get of a sampling gap skipped the map: the next get looks it up."""
+        self.hit = self.answering = self._answer
 
     def fills_unanswered(self) -> bool:
         """A get `hit` cannot answer (it asks for more than the value; not a stream) is about to
@@ -434,16 +333,27 @@ class MemoryTier:
             self.discard(map_key)
             return
         entry = self.entries.get(map_key)
-        if entry is None and not self.admits_write(map_key):
+        if entry is None and not (  # `admits_write`, inline: every set
+            (self.size < self.spare_size and len(self.entries) < self.spare_items)
+            or self.admission.seen_lately(map_key)
+        ):
             return  # no room, and not seen lately: not kept
-        index = entry.word if entry is not None else pre_index(db_key)
-        if index is None:
-            return  # a key of a type the tier does not keep
-        version = published.get(index)
+        version: int | None
+        if len(published) == 1 and (kind is str or kind is bytes):
+            # The statement bumped one bucket: the key's, by the hash pre_index takes.
+            ((index, version),) = published.items()
+        else:
+            found = entry.word if entry is not None else pre_index(db_key)
+            if found is None:
+                return  # a key of a type the tier does not keep
+            index, version = found, published.get(found)
         if version is None or self.words[index] != version:
             self.discard(map_key)  # a later writer has started: its value may be newer
             return
-        self.keep_value(map_key, value, db_value, mode, index, version, expire_time, db_key, raw)
+        if self.faithful and type(value) in IMMUTABLE_TYPES:  # `keep_value`'s commonest case
+            self.store(map_key, value, None, index, version, expire_time, db_key, raw)
+        else:
+            self.keep_value(map_key, value, db_value, mode, index, version, expire_time, db_key, raw)
 
     def keep_value(
         self, map_key: Hashable, value: Any, db_value: Any, mode: int, index: int, tag: int,
@@ -461,7 +371,11 @@ class MemoryTier:
     def after_delete(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
         """After a delete committed: keep "absent" if the key had an entry and no later writer
         has started (the rule of `after_write`); else forget the entry."""
-        map_key = self.map_key(db_key, raw)
+        kind = type(db_key)
+        if raw and (kind is str or kind is bytes) and self.plain_keys:
+            map_key: Hashable = db_key  # (`map_key`'s commonest answer, inline: every delete)
+        else:
+            map_key = self.map_key(db_key, raw)
         entry = self.entries.get(map_key)
         if entry is None:
             return
@@ -511,7 +425,7 @@ class MemoryTier:
     ) -> None:
         """Keep an entry (replacing any for the key) and evict the least recently used beyond
         the bounds. `map_key` must not be None."""
-        nbytes = ENTRY_OVERHEAD + sys.getsizeof(stored) + sys.getsizeof(db_key)  # (a big int's too)
+        nbytes = ENTRY_OVERHEAD + _getsizeof(stored) + _getsizeof(db_key)  # (a big int's too)
         if nbytes > self.max_entry:
             self.discard(map_key)
             return
@@ -528,8 +442,11 @@ class MemoryTier:
                 self.size += nbytes - old.nbytes
             if self.size > self.size_limit or len(entries) > self.item_limit:
                 self._evict()
-            elif old is None:
-                self._map_changed()
+            elif old is None and (
+                self.size >= self.spare_size or len(entries) >= self.spare_items
+                or self.admission.forget_after != self.item_limit
+            ):
+                self._map_changed()  # (with room to spare, as before: then it changes nothing)
 
     def _evict(self) -> None:
         # Under the lock: drop the least recently used until within both bounds.

@@ -138,19 +138,6 @@ class ThreadState:
             raise
         return value
 
-    def insert_recorder(self, item_changed: Callable[[Any], None]) -> Callable[[Any], None]:
-        """The insert trigger's SQL function: `item_changed`, and note the insert."""
-
-        def item_inserted(db_key: Any) -> None:
-            try:
-                self.inserted = True
-                item_changed(db_key)
-            except BaseException as exc:  # (as in capture)
-                note_interrupt(exc)
-                raise
-
-        return item_inserted
-
 
 class PoolHooks(NamedTuple):
     """What a pool calls on its owner's behalf, given when it is made (each None: nothing)."""
@@ -265,9 +252,10 @@ class ConnectionPool:
                 raise RuntimeError("the version file must be open before the first write connection")
             self._check_versions()
             state.opening.words = self.words
-            item_changed = change_recorder(state.txn, self.cell)
-            con.create_function(VERSION_FUNCTION, 1, item_changed)
-            con.create_function(VERSION_INSERT_FUNCTION, 1, state.insert_recorder(item_changed))
+            con.create_function(VERSION_FUNCTION, 1, change_recorder(state.txn, self.cell))
+            con.create_function(
+                VERSION_INSERT_FUNCTION, 1, change_recorder(state.txn, self.cell, state)
+            )
             for statement in VERSION_TRIGGERS:
                 con.execute(statement)
             con.execute(set_pragma("busy_timeout", int(self.busy_wait * 1000))).fetchall()

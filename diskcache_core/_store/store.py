@@ -29,6 +29,7 @@ from .._errors import (
 )
 from .handoff import WAITING_WORD, LockHandoff, lock_handoff, wait_for_lock
 from .versions import publish
+from .versionfile import FILE_SIZE
 from .._metrics import ReadCounts, WriteCounts
 from .schema import FREELIST_COUNT, RETURN_FREE_PAGE, set_pragma
 
@@ -166,7 +167,8 @@ class Store:
             state: ThreadState = self.local.state  # inline: the hot path
         except AttributeError:
             state = self._state_for(retry, new_file)
-        if self.pool.versions_shrunk():  # (a store past the file's end: SIGBUS; _store/mapwatch.py)
+        mapped = self.pool.mapped  # pool.versions_shrunk, inline: one fstat, every write
+        if mapped is not None and mapped.size() < FILE_SIZE:  # (a store past the end: SIGBUS)
             self._recover_versions(state, new_file)
         txn = state.txn
         if txn.depth:

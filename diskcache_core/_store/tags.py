@@ -8,13 +8,16 @@ included (persistent triggers fire on its connections too):
 
 - ``CacheTag_item_delete``: a deleted row's tag entries go in the same statement (delete, pop,
   expiry, culling, ``clear``, ``evict``, python-diskcache's own deletes);
-- ``CacheTag_item_retag``: an update that writes the ``tag`` column — a set or add replacing the
-  item, ours or python-diskcache's — drops the item's extra tags; our write then inserts the new
-  ones in the same transaction. touch, incr and the access bookkeeping never write ``tag``.
+- ``CacheTag_item_retag``: an update that writes the ``tag`` column — python-diskcache's set or
+  add replacing the item, ours where the first tag changes — drops the item's extra tags; our
+  write then inserts the new ones in the same transaction. Our overwrite that keeps the first
+  tag does not write the column (`keeping_first_tag`) and changes only the extra tags that
+  differ. touch, incr and the access bookkeeping never write ``tag``.
 
 Nothing is created when a cache is opened (invariant 5): the table and triggers are made by the
-first write that stores an extra tag, inside that write's transaction. python-diskcache ignores a
-table it does not know, so the directory stays usable by it (tests/peers/test_peer_sharing.py).
+first write that stores an extra tag, inside that write's transaction (when its statement finds
+no table: no probe per write). python-diskcache ignores a table it does not know, so the
+directory stays usable by it (tests/peers/test_peer_sharing.py).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 from .schema import NOT_EXPIRED
 
 __all__ = [
-    "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_EXTRA_TAGGED", "DELETE_FIRST_TAGGED",
-    "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS", "PROBE_TAG_TABLE", "SELECT_ITEM_TAGS",
-    "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS", "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "insert_extra_tags",
+    "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS",
+    "SELECT_EXTRA_TAGS", "SELECT_ITEM_TAGS", "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS",
+    "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "TAGS_PER_STATEMENT", "delete_other_tags", "delete_tagged",
+    "insert_extra_tags", "keeping_first_tag",
 ]
 
 TAG_TABLE = "CacheTag"
@@ -66,9 +70,52 @@ def insert_extra_tags(count: int) -> str:
     return statement
 
 
-# A write with extra tags makes sure the table is there, in its transaction: this probe fails
-# (rarely: the first extra tag of a database, or one made anew since) where it is not.
-PROBE_TAG_TABLE = "SELECT 1 FROM CacheTag LIMIT 0"
+# An overwrite that keeps the item's first tag leaves its tag entries alone where they stay
+# (the retag trigger drops them all, and the new ones are two b-tree inserts each: three tags'
+# overwrite cost twice a one-tag one). Its statement is the write's own, without ``tag`` in the
+# SET list (so the retag trigger, ``AFTER UPDATE OF tag``, does not fire) and updating only a row
+# whose first tag is the same value of the same type (1 and 1.0 are equal to SQLite); rowcount 0
+# then says "another first tag, or add found a live item": the write's own statement runs next.
+# python-diskcache's writes name ``tag`` always, so the trigger still drops the extra tags of an
+# item it replaces.
+_SAME_FIRST_TAG = " tag IS excluded.tag AND typeof(tag) = typeof(excluded.tag)"
+_KEEPING_FIRST_TAG: dict[str, str] = {}
+
+
+def keeping_first_tag(statement: str) -> str:
+    """`statement` (set's or add's upsert) as an overwrite that keeps the row's first tag: it
+    stores or updates nothing where the row has another one."""
+    keeping = _KEEPING_FIRST_TAG.get(statement)
+    if keeping is None:
+        if " tag = excluded.tag," not in statement:
+            raise ValueError(f"not an upsert naming the tag column: {statement!r}")
+        keeping = statement.replace(" tag = excluded.tag,", "")
+        guarded = " WHERE " in keeping.partition(" DO UPDATE SET ")[2]  # add's: a live row stays
+        keeping += (" AND" if guarded else " WHERE") + _SAME_FIRST_TAG
+        _KEEPING_FIRST_TAG[statement] = keeping
+    return keeping
+
+
+# After such an overwrite: the item's extra tags, read (the common overwrite keeps them all:
+# then nothing more is written); where they differ, those that are not among the new ones go
+# (parameters key, raw, then the n new extra tags; the same value of another type goes too),
+# then insert_extra_tags adds the missing (OR IGNORE: those kept).
+SELECT_EXTRA_TAGS = (
+    "SELECT tag FROM CacheTag WHERE item = (SELECT rowid FROM Cache WHERE key = ? AND raw = ?)"
+)
+_DELETE_OTHER_TAGS: dict[int, str] = {}
+
+
+def delete_other_tags(count: int) -> str:
+    """The statement dropping one item's extra tags other than the `count` given."""
+    statement = _DELETE_OTHER_TAGS.get(count)
+    if statement is None:
+        values = ", ".join(f"(?{number + 3}, typeof(?{number + 3}))" for number in range(count))
+        statement = _DELETE_OTHER_TAGS[count] = (
+            "DELETE FROM CacheTag WHERE item = (SELECT rowid FROM Cache WHERE key = ?1 AND"
+            f" raw = ?2) AND (tag, typeof(tag)) NOT IN (VALUES {values})"
+        )
+    return statement
 
 # get(tags=True): the item and its extra tags in one statement, so one snapshot (a set between
 # two statements could pair a value with another write's tags). The first row is the item's
@@ -87,10 +134,33 @@ SELECT_ITEM_TAGS = (
     " (c.expire_time IS NULL OR c.expire_time > ?3)",
 )
 
-# evict_tags: per tag, the items whose first tag it is, then those carrying it as an extra one
-# (the Cache_tag_rowid index serves the first where tag_index is on; the primary key the second).
-DELETE_FIRST_TAGGED = "DELETE FROM Cache WHERE tag = ?"
-DELETE_EXTRA_TAGGED = "DELETE FROM Cache WHERE rowid IN (SELECT item FROM CacheTag WHERE tag = ?)"
+# evict_tags: the items carrying any of n tags, first or extra, in ONE statement run on its own
+# (autocommit: it is its own transaction). Inside an explicit transaction SQLite keeps a
+# statement journal for a statement that may fail halfway (this one, by its triggers), holding
+# the original of every page it changes, and past 64 KiB writes it to a temporary file: with the
+# items of a tag spread through a large cache (six b-tree pages changed per item), that file was
+# a third of evict_tags' time. The Cache_tag_rowid index serves the first tags where tag_index is
+# on, the tag table's primary key the extra ones (EXPLAIN QUERY PLAN: both searches, then the
+# deletes by rowid; the triggers delete the tag entries through CacheTag_item). Parameters: the
+# tags, ?1..?n, each used on both sides. Without the tag table: the first tags only.
+TAGS_PER_STATEMENT = 500  # (SQLite builds before 3.32 allow 999 parameters)
+_DELETE_TAGGED: dict[tuple[int, bool], str] = {}
+
+
+def delete_tagged(count: int, extra: bool) -> str:
+    """The statement removing the items carrying any of `count` tags (`extra`: the tag table
+    exists, so among their extra tags too)."""
+    statement = _DELETE_TAGGED.get((count, extra))
+    if statement is None:
+        params = ", ".join(f"?{number + 1}" for number in range(count))
+        statement = _DELETE_TAGGED[count, extra] = (
+            "DELETE FROM Cache WHERE rowid IN (SELECT rowid FROM Cache WHERE tag IN"
+            f" ({params}) UNION ALL SELECT item FROM CacheTag WHERE tag IN ({params}))"
+            if extra else f"DELETE FROM Cache WHERE tag IN ({params})"
+        )
+    return statement
+
+
 # evict(tag) of the items carrying it as an extra tag: a batch per statement, as python-diskcache
 # evicts (the first tag's items: _store.schema.DELETE_TAGGED).
 DELETE_EXTRA_BATCH = (

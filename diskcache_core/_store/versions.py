@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import note_interrupt
-from .versionfile import BUCKETS, HEADER_WORDS
+from .versionfile import BUCKETS, HEADER_WORDS, LOST_WORDS
 
 __all__ = ["change_recorder", "pre_index", "publish"]
 
@@ -74,24 +74,31 @@ def _stored_key_index(db_key: Any) -> int:
     return _HEADER_WORDS if index is None else index
 
 
-def change_recorder(txn: Any, source: Any) -> Callable[[Any], None]:
+def change_recorder(txn: Any, source: Any, inserts: Any = None) -> Callable[[Any], None]:
     """The SQL function the version triggers call with a changed row's key.
 
     Runs inside the writing statement, under the write lock: stores a fresh nonce in the bucket's
     ``pre`` and remembers it in ``txn.versions`` (for `publish`; `txn`: the connection's
     `Transaction` record). A bucket already bumped by
     this thread's open transaction is not bumped again: its ``post`` cannot equal ``pre`` before
-    the transaction ends, so no reader can have filled from it meanwhile.
+    the transaction ends, so no reader can have filled from it meanwhile. `source` holds the
+    words (a `WordsCell`). `inserts`: the insert trigger's function, which also notes the
+    insert (``inserts.inserted = True``: the connection's `ThreadState`) in the same call.
     """
     getrandbits = _random.getrandbits
     crc32 = _crc32
+    header, mask = _HEADER_WORDS, _MASK
 
     def item_changed(db_key: Any) -> None:
         try:
-            words = source.writable(txn)  # the pool's now (mapped anew if its file was lost)
-            if type(db_key) is str:  # the common case, inline: this runs inside every write
+            if inserts is not None:
+                inserts.inserted = True
+            words = source.words  # source.writable, inline: this runs inside every write
+            if words is LOST_WORDS or words is None:
+                words = source.writable(txn)  # mapped anew now, or an error
+            if type(db_key) is str:  # the common case, inline
                 try:
-                    index = _HEADER_WORDS + 2 * (crc32(db_key.encode()) & _MASK)
+                    index = header + 2 * (crc32(db_key.encode()) & mask)
                 except UnicodeEncodeError:
                     index = _stored_key_index(db_key)
             else:

@@ -119,6 +119,71 @@ def test_a_set_replaces_the_items_tags_and_add_leaves_a_live_item_alone(tagged):
     assert_exact(tagged, model)
 
 
+def _log_tag_writes(cache):
+    """A list of ("insert"/"delete", tag) the tag table's rows written through this thread's
+    connection of `cache` from now on (temporary triggers: they see the retag trigger's deletes
+    too), read by calling the returned function."""
+    con = cache._store.state().con
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS tag_log (what TEXT, tag)")
+    con.execute(
+        "CREATE TEMP TRIGGER IF NOT EXISTS tag_log_insert AFTER INSERT ON main.CacheTag"
+        " BEGIN INSERT INTO tag_log VALUES ('insert', NEW.tag); END"
+    )
+    con.execute(
+        "CREATE TEMP TRIGGER IF NOT EXISTS tag_log_delete AFTER DELETE ON main.CacheTag"
+        " BEGIN INSERT INTO tag_log VALUES ('delete', OLD.tag); END"
+    )
+
+    def taken():
+        rows = sorted(con.execute("SELECT what, tag FROM tag_log").fetchall())
+        con.execute("DELETE FROM tag_log")
+        return rows
+
+    return taken
+
+
+def test_an_overwrite_rewrites_only_the_tag_entries_that_change(make_store):
+    cache = make_store(tag_index=True)
+    cache.set("k", 1, tags=["a", "b", "c"])
+    taken = _log_tag_writes(cache)
+    cache.set("k", 2, tags=["a", "b", "c"])  # the same tags: no tag entry written
+    assert taken() == []
+    cache.set("k", 3, tags=["a", "c", "b"], expire=100)
+    assert taken() == []
+    cache.set("k", 4, tags=["a", "b", "d"])  # one extra tag changes: one entry goes, one comes
+    assert taken() == [("delete", "c"), ("insert", "d")]
+    assert cache.get("k", tags=True) == (4, frozenset({"a", "b", "d"}))
+    cache.set("k", 5, tags=["a"])
+    assert taken() == [("delete", "b"), ("delete", "d")]
+    cache.set("k", 6, tags=["x", "b", "d"])  # another first tag: every entry is replaced
+    assert taken() == [("insert", "b"), ("insert", "d")]
+    cache.set("k", 7, tags=["b", "d", "e"])
+    assert taken() == [("delete", "b"), ("delete", "d"), ("insert", "d"), ("insert", "e")]
+    assert cache.get("k", tags=True) == (7, frozenset({"b", "d", "e"}))
+    assert cache.add("k", 8, tags=["b", "d", "f"]) is False  # a live item: nothing changes
+    assert taken() == []
+    assert cache.get("k", tags=True) == (7, frozenset({"b", "d", "e"}))
+    assert tag_entries(cache) == ({("d", "k"), ("e", "k")}, 0)
+
+
+def test_an_overwrite_keeps_each_tags_type_as_given(make_store):
+    cache = make_store(tag_index=True)
+    cache.set("k", 1, tags=[1, 2, "x"])
+    cache.set("k", 2, tags=[1.0, 2.0, "x"])  # equal to SQLite, not the same stored value
+    value, first, tags = cache.get("k", tag=True, tags=True)
+    assert (value, first, type(first)) == (2, 1.0, float)
+    assert sorted((type(tag).__name__, tag) for tag in tags) == [
+        ("float", 1.0), ("float", 2.0), ("str", "x")
+    ]
+    con = sqlite3.connect(databases(cache)[0])
+    try:
+        assert con.execute("SELECT tag, typeof(tag) FROM CacheTag ORDER BY tag").fetchall() == [
+            (2.0, "real"), ("x", "text")
+        ]
+    finally:
+        con.close()
+
+
 def test_add_over_an_expired_item_stores_the_new_tags(tagged):
     tagged.set("k", 1, expire=0.0001, tags=["old1", "old2"])
     # (expired as soon as the clock moves: an add then replaces it)
@@ -159,6 +224,47 @@ def test_evict_tags_removes_every_item_carrying_any_and_counts_each_once(tagged)
     assert tagged.evict_tags({"all"}) == len(model) == 16
     assert_exact(tagged, {})
     assert glob.glob(os.path.join(tagged.directory, "**", "*.val"), recursive=True) == []
+
+
+def test_evict_tags_is_one_statement_of_its_own(make_store):
+    """No explicit transaction around it: SQLite then keeps no statement journal (a temporary
+    file, past 64 KiB of changed pages: a third of the time of a large eviction)."""
+    cache = make_store(tag_index=True)
+    for number in range(20):
+        cache.set(number, number, tag=f"first{number % 2}", tags=[f"extra{number % 5}"])
+    con = cache._store.state().con
+    traced = []
+    con.set_trace_callback(traced.append)
+    try:
+        assert cache.evict_tags(["first0", "extra1", "extra2"]) == 10 + 4 + 4 - 2 - 2
+    finally:
+        con.set_trace_callback(None)
+    statements = set(traced)  # (each trigger program run is traced as its statement again)
+    assert len(statements) == 1 and statements.pop().startswith("DELETE FROM Cache"), traced
+    assert sorted(cache) == [3, 5, 9, 13, 15, 19]
+
+
+def test_evict_tags_of_more_tags_than_a_statement_takes_is_one_transaction(make_store):
+    from diskcache_core._store.tags import TAGS_PER_STATEMENT
+
+    cache = make_store(tag_index=True)
+    tags = [f"t{number}" for number in range(2 * TAGS_PER_STATEMENT + 10)]
+    for number in range(0, len(tags), 7):  # items whose tags fall in each chunk of statements
+        cache.set(number, number, tag=tags[number], tags=[tags[-1 - number], "kept"])
+    cache.set("first only", 0, tag=tags[TAGS_PER_STATEMENT + 1])
+    cache.set("untouched", 0, tags=["kept", "other"])
+    expected = len(range(0, len(tags), 7)) + 1
+    con = cache._store.state().con
+    traced = []
+    con.set_trace_callback(traced.append)
+    try:
+        assert cache.evict_tags(tags) == expected
+    finally:
+        con.set_trace_callback(None)
+    assert traced[0].startswith("BEGIN") and traced[-1] == "COMMIT", traced
+    assert sum(text.startswith("BEGIN") for text in traced) == 1
+    assert list(cache) == ["untouched"]
+    assert tag_entries(cache) == ({("other", "untouched")}, 0)
 
 
 def test_a_value_the_memory_tier_holds_is_not_served_after_evict_tags(tagged):

@@ -1073,3 +1073,59 @@ def test_a_dropped_cache_is_freed_without_the_garbage_collector(cache_dir):
         assert tier() is None
     finally:
         gc.enable()
+
+
+def test_a_set_keeps_its_value_by_the_bucket_its_statement_bumped(make_store, monkeypatch):
+    # A set's own statement reports the one bucket it bumped: the tier keeps the value under it
+    # without hashing the key a second time (a text or bytes key: the hash is the trigger's).
+    cache = make_store()
+
+    def no_second_hash(db_key: Any) -> Any:
+        raise AssertionError(f'{db_key!r} hashed again after its write')
+
+    monkeypatch.setattr('diskcache_core._memory.tier.pre_index', no_second_hash)
+    cache.set('text', 'value')
+    cache.set(b'bytes', 1)
+    assert_cached(cache, 'text', 'value')
+    assert_cached(cache, b'bytes', 1)
+    cache.set('text', 'other')  # an overwrite: the entry's bucket, the same one
+    assert_cached(cache, 'text', 'other')
+    monkeypatch.undo()
+    cache.set(12, 'number')  # other keys: hashed as before
+    assert_cached(cache, 12, 'number')
+
+
+def test_a_new_entry_leaves_the_admission_window_alone_while_the_map_has_room(
+    make_store, monkeypatch
+):
+    cache = make_store(memory_item_limit=100)
+    memory = cache._memory
+    calls = []
+    changed = memory.admission.map_changed
+    monkeypatch.setattr(
+        memory.admission, 'map_changed', lambda *args: calls.append(args) or changed(*args)
+    )
+    for number in range(80):  # below the room to spare (7/8 of 100 items)
+        cache.set(f'key-{number}', number)
+    assert calls == []  # with room to spare, the window stays as long as the limit
+    assert memory.admission.forget_after == 100
+    for number in range(80, 120):  # past it: the window follows the map's fill
+        cache.set(f'key-{number}', number)
+    assert calls and memory.admission.forget_after < 100
+    assert all(cache.get(f'key-{number}') == number for number in range(120))
+
+
+def test_hits_are_noted_for_a_policy_chosen_after_the_tier_was_made(make_store):
+    # The hit path binds whether gets are noted; choosing a policy that orders by reads (or
+    # turning statistics on) rebuilds it.
+    cache = make_store(eviction_policy='least-recently-stored')
+    cache.set('key', 'value')
+    assert_cached(cache, 'key', 'value')
+    cache.reset('eviction_policy', 'least-recently-used')
+    assert_cached(cache, 'key', 'value')
+    assert cache._evictor.access.pending  # the hit was noted for its access time
+    cache.reset('eviction_policy', 'least-recently-stored')
+    cache.stats(enable=True)
+    assert_cached(cache, 'key', 'value')
+    cache.flush_access_log()
+    assert cache.stats() == (1, 0)  # the memory hit counted by the statistics

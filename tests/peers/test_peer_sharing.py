@@ -206,6 +206,20 @@ def test_python_diskcache_reads_and_writes_a_directory_with_many_tags(tmp_path):
     assert _our_tags(directory) == {}
 
 
+def test_python_diskcache_set_keeping_the_first_tag_drops_our_extra_ones(tmp_path):
+    directory = str(tmp_path / "cache")
+    with dc.Cache(directory, memory_size_limit=0) as ours, diskcache.Cache(directory) as peer:
+        ours.set("k", 1, tags=["a", "b", "c"])
+        peer.set("k", 2, tag="a")  # its set, same first tag: the item's tags are {"a"} now
+        assert ours.get("k", tags=True) == (2, frozenset({"a"}))
+        ours.set("k", 3, tags=["a", "b", "c"])  # ours keeps the first tag: the extras come back
+        assert ours.get("k", tags=True) == (3, frozenset({"a", "b", "c"}))
+        peer.add("k", 4, tag="a")  # a live item: its add changes nothing
+        assert ours.get("k", tags=True) == (3, frozenset({"a", "b", "c"}))
+        assert ours.check() == [] and peer.check() == []
+    assert _our_tags(directory) == {"k": frozenset({"a", "b", "c"})}
+
+
 @pytest.mark.parametrize("first", ["peer", "ours"])
 def test_a_rolling_upgrade_with_many_tags_works_both_ways(tmp_path, first):
     directory = str(tmp_path / "cache")
