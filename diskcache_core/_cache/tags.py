@@ -72,14 +72,42 @@ class ItemTags:
         and triggers made in it, where this is the database's first extra tag); `spared` is the
         write context of `Store.write`.
 
-        An overwrite keeping the item's first tag leaves its tag entries alone and replaces only
-        the extra tags that change (`_store.tags.keeping_first_tag`); any other write replaces
-        them all (the retag trigger drops the old ones).
+        An overwrite keeping the item's tags is one statement (`_store.tags.keeping_same_tags`);
+        one keeping its first tag leaves its tag entries alone and replaces only the extra tags
+        that change (`_store.tags.keeping_first_tag`); any other write replaces them all (the
+        retag trigger drops the old ones).
         """
         store = self.store
         tagged = (db_key, raw, *extras)
+        same_tags = (*params, *extras)
+        if self._table and new_file is None:  # an inline value: the usual refresh on its own
+            try:
+                refresh = tsql.refreshing_same_tags(statement, len(params) + 1, len(extras))
+                count, _ = store.write(refresh, same_tags, retry, None, charge, spared)
+            except DatabaseError as exc:  # gone since seen (see `_read`)
+                if "no such table" not in str(exc):
+                    raise
+                self._table = False
+            else:
+                if count == 1:
+                    return count, None
+                charge = 0  # (counted by the statement that ran)
         # The transaction owns `new_file`: removed if BEGIN or any statement fails.
         with store.transaction(retry, new_file) as state:
+            count = 0
+            if self._table and new_file is not None:  # (the statement reads the tag table)
+                try:
+                    same = tsql.keeping_same_tags(statement, len(params) + 1, len(extras))
+                    count, _ = store.write(same, same_tags, retry, None, charge, spared)
+                except DatabaseError as exc:  # gone since seen (see `_read`)
+                    if "no such table" not in str(exc):
+                        raise
+                    self._table = False
+                if count == 1:
+                    if state.inserted:  # a new item: its entries
+                        self._execute(state, tsql.insert_extra_tags(len(extras)), tagged)
+                    return count, None
+                charge = 0  # (counted by the statement that ran)
             count, _ = store.write(
                 tsql.keeping_first_tag(statement), params, retry, None, charge, spared
             )

@@ -28,7 +28,8 @@ __all__ = [
     "CREATE_TAG_SCHEMA", "DELETE_EXTRA_BATCH", "DELETE_ORPHAN_TAGS", "ORPHAN_TAGS",
     "SELECT_EXTRA_TAGS", "SELECT_ITEM_TAGS", "SELECT_TAG_TRIGGERS", "TAG_TABLE", "TAG_TABLE_EXISTS",
     "TAG_TRIGGERS", "TAGGED_KEYS_ANY", "TAGS_PER_STATEMENT", "delete_other_tags", "delete_tagged",
-    "insert_extra_tags", "keeping_first_tag",
+    "insert_extra_tags", "keeping_first_tag", "keeping_same_tags",
+    "refreshing_same_tags",
 ]
 
 TAG_TABLE = "CacheTag"
@@ -94,6 +95,56 @@ def keeping_first_tag(statement: str) -> str:
         keeping += (" AND" if guarded else " WHERE") + _SAME_FIRST_TAG
         _KEEPING_FIRST_TAG[statement] = keeping
     return keeping
+
+
+# The same overwrite where the item's extra tags are also unchanged, in one statement: it updates
+# the row only where the tag table holds exactly the `count` extra tags given (parameters
+# ?first.., after the write's own; the same value of another type counts as a change). The
+# usual refresh of an item with the same tags then reads and writes nothing more; rowcount 0
+# says "a tag changed, or another first tag, or add found a live item".
+_KEEPING_SAME_TAGS: dict[tuple[str, int, int], str] = {}
+
+
+def keeping_same_tags(statement: str, first: int, count: int) -> str:
+    """`keeping_first_tag(statement)`, updating a row only where its extra tags are the `count`
+    given as parameters ?first onwards (a new row is inserted as there)."""
+    key = (statement, first, count)
+    keeping = _KEEPING_SAME_TAGS.get(key)
+    if keeping is None:
+        values = ", ".join(
+            f"(?{number}, typeof(?{number}))" for number in range(first, first + count)
+        )
+        keeping = _KEEPING_SAME_TAGS[key] = (
+            keeping_first_tag(statement)
+            + f" AND (SELECT count(*) FROM CacheTag WHERE item = Cache.rowid) = {count}"
+            " AND NOT EXISTS (SELECT 1 FROM CacheTag WHERE item = Cache.rowid AND"
+            f" (tag, typeof(tag)) NOT IN (VALUES {values}))"
+        )
+    return keeping
+
+
+# `keeping_same_tags` as a statement that never inserts (its row from a SELECT that finds none
+# unless the item exists): run on its own, outside a transaction, it is the whole of the usual
+# refresh, one autocommit statement as a set with one tag is; rowcount 0 says "a new item, or a
+# tag changed, ...", and the write's transaction follows.
+_REFRESHING_SAME_TAGS: dict[tuple[str, int, int], str] = {}
+
+
+def refreshing_same_tags(statement: str, first: int, count: int) -> str:
+    """`keeping_same_tags`, inserting nothing where the item does not exist."""
+    key = (statement, first, count)
+    refreshing = _REFRESHING_SAME_TAGS.get(key)
+    if refreshing is None:
+        keeping = keeping_same_tags(statement, first, count)
+        head, values, tail = keeping.partition(" VALUES (")
+        row, closing, upsert = tail.partition(") ON CONFLICT")
+        if not (values and closing and head.startswith("INSERT INTO Cache(")):
+            raise ValueError(f"not an upsert of one row of values: {statement!r}")
+        refreshing = _REFRESHING_SAME_TAGS[key] = (
+            f"{head} SELECT {row} WHERE EXISTS (SELECT 1 FROM Cache WHERE key = ?1 AND raw = ?2)"
+            f" ON CONFLICT{upsert}"
+        )
+    return refreshing
 
 
 # After such an overwrite: the item's extra tags, read (the common overwrite keeps them all:

@@ -166,6 +166,27 @@ def test_an_overwrite_rewrites_only_the_tag_entries_that_change(make_store):
     assert tag_entries(cache) == ({("d", "k"), ("e", "k")}, 0)
 
 
+def test_a_refresh_with_the_same_tags_is_one_statement_in_its_transaction(make_store):
+    """The usual refresh of a tagged item (same first and extra tags) neither reads nor writes
+    the tag table beyond the write's own statement."""
+    cache = make_store(tag_index=True)
+    cache.set("k", 1, tag="first", tags=["a", "b"])
+    con = cache._store.state().con
+    traced: list[str] = []
+    con.set_trace_callback(traced.append)
+    try:
+        assert cache.set("k", 2, tag="first", tags=["b", "a"]) is True
+    finally:
+        con.set_trace_callback(None)
+    ran = [text for text in dict.fromkeys(traced) if not text.startswith(("BEGIN", "COMMIT"))]
+    assert len(ran) == 1 and ran[0].startswith("INSERT INTO Cache"), traced
+    assert cache.get("k", tag=True, tags=True) == (2, "first", frozenset({"first", "a", "b"}))
+    cache.set("k", 3, tag="first", tags=["a", 1])  # a tag changes: the slower paths, still exact
+    cache.set("k", 4, tag="first", tags=["a", 1.0])
+    assert cache.get("k", tags=True) == (4, frozenset({"first", "a", 1.0}))
+    assert tag_entries(cache) == ({("a", "k"), (1.0, "k")}, 0)
+
+
 def test_an_overwrite_keeps_each_tags_type_as_given(make_store):
     cache = make_store(tag_index=True)
     cache.set("k", 1, tags=[1, 2, "x"])
