@@ -81,28 +81,17 @@ class ItemTags:
         tagged = (db_key, raw, *extras)
         same_tags = (*params, *extras)
         if self._table and new_file is None:  # an inline value: the usual refresh on its own
-            try:
-                refresh = tsql.refreshing_same_tags(statement, len(params) + 1, len(extras))
-                count, _ = store.write(refresh, same_tags, retry, None, charge, spared)
-            except DatabaseError as exc:  # gone since seen (see `_read`)
-                if "no such table" not in str(exc):
-                    raise
-                self._table = False
-            else:
-                if count == 1:
-                    return count, None
-                charge = 0  # (counted by the statement that ran)
+            refresh = tsql.refreshing_same_tags(statement, len(params) + 1, len(extras))
+            count = self._write_if_table(refresh, same_tags, retry, charge, spared)
+            if count == 1:
+                return count, None
+            charge = 0 if self._table else charge  # (counted by the statement that ran)
         # The transaction owns `new_file`: removed if BEGIN or any statement fails.
         with store.transaction(retry, new_file) as state:
             count = 0
             if self._table and new_file is not None:  # (the statement reads the tag table)
-                try:
-                    same = tsql.keeping_same_tags(statement, len(params) + 1, len(extras))
-                    count, _ = store.write(same, same_tags, retry, None, charge, spared)
-                except DatabaseError as exc:  # gone since seen (see `_read`)
-                    if "no such table" not in str(exc):
-                        raise
-                    self._table = False
+                same = tsql.keeping_same_tags(statement, len(params) + 1, len(extras))
+                count = self._write_if_table(same, same_tags, retry, charge, spared)
                 if count == 1:
                     if state.inserted:  # a new item: its entries
                         self._execute(state, tsql.insert_extra_tags(len(extras)), tagged)
@@ -125,6 +114,20 @@ class ItemTags:
                 self._execute(state, tsql.insert_extra_tags(len(extras)), tagged)
         self._table = True
         return count, None
+
+    def _write_if_table(
+        self, statement: str, params: tuple[Any, ...], retry: bool, charge: int, spared: Any
+    ) -> int:
+        """`store.write` of a statement reading the tag table: its rowcount, or 0 where the
+        table is gone since it was seen (see `_read`)."""
+        try:
+            count, _ = self.store.write(statement, params, retry, None, charge, spared)
+        except DatabaseError as exc:
+            if "no such table" not in str(exc):
+                raise
+            self._table = False
+            return 0
+        return count
 
     @staticmethod
     def _execute(state: Any, statement: str, params: tuple[Any, ...]) -> list[Any]:
