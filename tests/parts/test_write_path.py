@@ -60,3 +60,48 @@ def test_a_write_from_inside_a_writing_statement_still_runs(tmp_path):
         assert nested == [True]
         assert counting.calls == 1  # the inner write's, on a cursor of its own
         assert cache.get('outer') == 1 and cache.get('inner') == 2
+
+
+def _page_size(directory: str) -> int:
+    con = sqlite3.connect(f'{directory}/cache.db')
+    try:
+        (size,) = con.execute('PRAGMA page_size').fetchone()
+        return int(size)
+    finally:
+        con.close()
+
+
+def test_sqlite_page_size_applies_to_a_new_database_and_is_kept(tmp_path):
+    """``sqlite_page_size`` given when the cache is made sizes its pages (it used to be run only
+    on later connections, where SQLite ignores it); a reopen, and python-diskcache, keep it."""
+    import diskcache
+
+    directory = str(tmp_path / 'c')
+    with dc.Cache(directory, sqlite_page_size=2048) as cache:
+        cache.set('a', b'x' * 100)
+    assert _page_size(directory) == 2048
+    with dc.Cache(directory) as cache:
+        assert cache.get('a') == b'x' * 100
+        cache.set('b', 2)
+    peer = diskcache.Cache(directory)
+    try:
+        assert len(peer) == 2 and peer.get('b') == 2
+    finally:
+        peer.close()
+    assert _page_size(directory) == 2048
+    fanout = str(tmp_path / 'f')
+    with dc.FanoutCache(fanout, shards=2, sqlite_page_size=2048) as cache:
+        cache.set('a', 1)
+    assert {_page_size(f'{fanout}/{shard:03d}') for shard in range(2)} == {2048}
+
+
+def test_sqlite_page_size_leaves_an_existing_database_alone(tmp_path):
+    """An existing database keeps its page size (changing it would need a VACUUM)."""
+    directory = str(tmp_path / 'c')
+    with dc.Cache(directory) as cache:
+        cache.set('a', 1)
+    before = _page_size(directory)
+    with dc.Cache(directory, sqlite_page_size=before // 2) as cache:
+        assert cache.get('a') == 1
+        cache.set('b', 2)
+    assert _page_size(directory) == before
