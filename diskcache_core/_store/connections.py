@@ -128,6 +128,11 @@ class ThreadState:
         self.opening = Opening()
 
     def close(self) -> None:
+        writer = getattr(self.write, "__self__", None)
+        if isinstance(writer, sqlite3.Cursor):
+            # Its last statement, unfinalized, would keep the database open (a zombie of
+            # sqlite3_close_v2) until the cursor is collected.
+            writer.close()
         self.con.close()
         if self.reader is not None:
             self.reader.close()
