@@ -12,31 +12,16 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 
 import pytest
-import redis.connection
 
 from diskcache_core import Cache, FanoutCache
 from diskcache_core._remote import listener as listener_module
 
 from remote_helpers import eventually
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
-@pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+pytestmark = needs_redis
 
 
 def tiers(cache):
@@ -122,6 +107,8 @@ def test_a_get_that_asks_redis_makes_no_system_call_beyond_redis_pys_get(
         reader.get("k0")  # (the connection made)
         client = tiers(reader)[0]._remote.client
         name = tiers(reader)[0]._remote.name(b"none")
+        import redis.connection  # (redis-py: a test dependency of the remote tests only)
+
         sent = []
         send = redis.connection.Connection.send_packed_command
 
