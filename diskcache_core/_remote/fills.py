@@ -139,7 +139,7 @@ class _Writer:
 
     def notify(self, fills: Fills) -> None:
         """`fills` has copies waiting."""
-        if self._pid != os.getpid():
+        if not self._pid:  # (0 in a forked child, until it starts its own: no getpid() here)
             self.ensure()
         self._queue[id(fills)] = fills
         wake = self._wake
@@ -277,6 +277,7 @@ def _after_fork_in_child() -> None:
     """The parent's writer may have held a tier's lock at the fork: it would never be released."""
     for fills in list(_all):
         fills._lock = threading.Lock()
+    _WRITER._pid = 0  # (the parent's writer thread is not in this process)
 
 
 if hasattr(os, "register_at_fork"):

@@ -475,7 +475,7 @@ class RemoteTier(RemoteTagOperations):
             if self._closed:
                 self._closed = False
                 self._elect()
-        elif listener.pid != os.getpid() or not listener.is_alive():
+        elif not listener.current:  # (a flag: no system call on a get's path)
             self._elect()
 
     def close(self) -> None:
