@@ -7,32 +7,16 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
-
-import pytest
 
 from diskcache_core import Cache, FanoutCache
 from diskcache_core._remote import client as remote_client
-from diskcache_core._remote.form import encode_key, stamp_hash
+from diskcache_core._remote.form import stamp_hash
 from diskcache_core._remote.stamps import RemoteWords, StampSet
 
 from remote_helpers import eventually
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
-@pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+pytestmark = needs_redis
 
 
 def sent(cache):
