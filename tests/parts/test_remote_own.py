@@ -347,3 +347,29 @@ def test_writes_load_their_script_again_when_the_server_lost_it(tmp_path, option
     finally:
         admin.close()
         cache.close()
+
+
+def test_a_plain_set_of_an_untagged_item_costs_redis_one_lookup_and_the_set(
+    tmp_path, options, server
+):
+    """A set without tags runs its own script (SET_PLAIN): the item's tag hash is looked at
+    (EXISTS) and, there being none, nothing else is done but the SET (the general script
+    read and deleted the tag hash, and looked for it again, on every write)."""
+    import redis
+
+    cache = Cache(str(tmp_path / "a"), **options)
+    admin = redis.Redis.from_url(server.url)
+    try:
+        cache.set("k", "loaded")  # (the script loaded)
+        admin.config_resetstat()
+        for number in range(3):
+            assert cache.set("k", number)
+        calls = {name[len("cmdstat_"):]: entry["calls"]
+                 for name, entry in admin.info("commandstats").items()}
+        assert calls.get("evalsha") == 3 and calls.get("exists") == 3
+        assert calls.get("set") == 3
+        assert not any(calls.get(name) for name in ("hkeys", "del", "srem", "persist"))
+        assert cache.get("k") == 2
+    finally:
+        admin.close()
+        cache.close()
