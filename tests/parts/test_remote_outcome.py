@@ -51,6 +51,7 @@ def hosts(tmp_path, options):
             directory = str(tmp_path / f"host{len(opened)}")
             cache = FanoutCache(directory, shards=1, **options) if fanout else Cache(directory, **options)
             cache.set("warm-up", 1)  # (a connection made: a stalled write is then sent at once)
+            cache.add("warm-up", 1)  # (and the write scripts loaded: a stalled one then runs)
             opened.append(cache)
             caches.append(cache)
         return caches
