@@ -9,6 +9,7 @@ single-shard ``Cache``.
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,23 @@ def sentinel(tmp_path):
     path.write_bytes(b'must survive')
     yield str(path)
 
+
+
+# --- Redis: the remote tests' server and options ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A redis-server on 127.0.0.1 for the test module (stopped after it); mark the tests that
+    use it ``needs_redis`` (tests/helpers/redis_servers.py)."""
+    from redis_servers import RedisTestServer
+
+    with RedisTestServer() as running:
+        yield running
+
+
+@pytest.fixture
+def options(server):
+    """The Cache options of a remote test: the module's server, and a key prefix of its own so
+    that the tests sharing the server never see each other's keys."""
+    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}

@@ -110,6 +110,7 @@ class RemoteStore:
         self._evict_tag = self.client.register_script(_EVICT_TAG)
         self.tag_names = TagNames(prefix, self.cluster)
         self._write = self.client.register_script(tagged.WRITE)
+        self._set_plain = self.client.register_script(tagged.SET_PLAIN)
         self._remove = self.client.register_script(tagged.REMOVE)
         self._touch = self.client.register_script(tagged.TOUCH)
         self._read = self.client.register_script(tagged.READ)
@@ -192,6 +193,11 @@ class RemoteStore:
     ) -> bool:
         """Store item `name` (only if absent: `only_new`), its expiry as Redis's own absolute
         TTL; its tags become `tags` (checked, the first tag included)."""
+        if not tags and not only_new:  # (the commonest write: its own, leaner script)
+            _, keys = self.tag_names.item_keys(name)
+            when = pxat(expire_time)
+            args = [name, data, b"" if when is None else b"%d" % when]
+            return bool(self.call(lambda: self._run(self._set_plain, keys, args), "set"))
         return self._written_item(
             name, b"a" if only_new else b"s", data, expire_time, tags, "add" if only_new else "set"
         )

@@ -46,9 +46,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from .listenerlog import ChildLog
+from .listenerlog import ChildLog, LeaseWatch
 from .._log import LISTENER as _LOG
-from .._log import Outage, RateLimit
+from .._log import RateLimit
 from .client import RemoteStore
 from .lagprobe import LagProbe
 from .._errors import DiskCacheError
@@ -68,10 +68,6 @@ _MAX_PAUSE = 10.0  # the longest wait before restarting a listener process that 
 # of listener CPU per write with one wake per change, 17 us with this pause (and hiredis).
 _BATCH_PAUSE = 0.001
 _CHANNEL = b"__redis__:invalidate"
-# A lease lapsed this long is reported (`_LeaseWatch`): a listener kept off the CPU for a few
-# renewals (a loaded host) lets it lapse briefly, which is no outage.
-_LEASE_GRACE = 1.0
-_START_GRACE = 10.0  # and this long for the first grant (a new process imports, connects)
 _CONNECT_ROUNDS = 3  # rounds of asking the nodes listened on which others there are
 _UNREACHABLE_WAIT = 1.0  # before trying again a node worth listening on that did not answer
 _UNREACHABLE_MAX = 60.0  # (the wait doubles each time it does not answer, up to this)
@@ -353,56 +349,6 @@ class Listener:
                 self._names.append(name)
 
 
-class _LeaseWatch:
-    """The elected process's view of its listener's lease, for the log: the listener process
-    logs nothing where the application would see it (its standard error is the application's,
-    its logging unconfigured), so the process that started it reports for it. A lease not
-    granted within `_START_GRACE` of the start is a WARNING (and its grant then an INFO); one
-    that lapses for `_LEASE_GRACE` after a grant (the listener's connections to Redis failed)
-    is a WARNING, its return an INFO with how long it was gone (`Outage`)."""
-
-    def __init__(self, directory: str, words: StampSet) -> None:
-        self._directory = directory
-        self._words = words
-        self._outage = Outage(
-            _LOG, f"the listener of {directory!r}", "has no lease", "has its lease again"
-        )
-        self._started = time.monotonic()
-        self._granted = False
-        self._slow = False  # no grant within _START_GRACE: said so
-        self._lapsed_since = 0.0
-
-    def check(self) -> None:
-        """Look at the lease once (every few tens of milliseconds, from the supervisor)."""
-        now = time.monotonic()
-        if self._words.lease_valid_checked():
-            if not self._granted:
-                self._granted = True
-                if self._slow:
-                    _LOG.info(
-                        "the listener of %r has its lease, %.1f s after it started",
-                        self._directory, now - self._started,
-                    )
-            self._lapsed_since = 0.0
-            if self._outage.down_since:
-                self._outage.recovered()
-        elif not self._granted:
-            if not self._slow and now - self._started >= _START_GRACE:
-                self._slow = True
-                _LOG.warning(
-                    "the listener of %r has no lease %.0f s after it started (it cannot reach"
-                    " the remote, or cannot start): no copy of this host is served, every read"
-                    " asks Redis", self._directory, now - self._started,
-                )
-        elif not self._lapsed_since:
-            self._lapsed_since = now
-        elif now - self._lapsed_since >= _LEASE_GRACE:
-            self._outage.failed(
-                "the listener process cannot reach the remote (or died): no copy of this host"
-                " is served, every read asks Redis", self._lapsed_since,
-            )
-
-
 class ListenerThread(threading.Thread):
     """This process's candidate for listener of one directory: it competes for the lock, and
     while it holds it, runs the listener in a child process of its own
@@ -428,6 +374,10 @@ class ListenerThread(threading.Thread):
         self.pid = os.getpid()
         self.child: subprocess.Popen[bytes] | None = None
         self.fd = -1
+        self._spawned = 0.0
+        # False once the thread ended, or in a forked child: its caches elect anew (a flag,
+        # not is_alive() and getpid(): a get that asks Redis checks it).
+        self.current = True
 
     @property
     def listening(self) -> bool:
@@ -438,70 +388,105 @@ class ListenerThread(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
-    def run(self) -> None:
+    def start(self) -> None:
+        """Try for the lock once in the calling thread (the cache's opening), starting the
+        listener process if elected (`_first_try`); then the thread supervises it, or keeps
+        trying. In the thread, that Python work (the mapping, the election, the spawn: about
+        0.6 ms) held the GIL while the application's first gets waited for it after each Redis
+        answer; while the cache opens, it waits for nothing."""
+        self._first_try()
+        super().start()
+
+    def _first_try(self) -> None:
         try:
             self._words = StampSet(self._members)
         except (DiskCacheError, OSError, ValueError):
             return  # a stamp file we cannot map: no listener here, so no copy is ever served
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self.fd = os.open(self._lock_path, flags, 0o600)
+        except OSError:  # a directory we cannot write: no listener here, so no copy is served
+            self._words.close()
+            return
+        if self._take_lock():
+            try:
+                self.child = self._spawn()
+            except OSError:  # (the thread tries again, and its failure is reported there)
+                self._release_lock()
+
+    def run(self) -> None:
+        if self.fd == -1:
+            self.current = False
+            return
         try:
             self._elect()
         finally:
+            self.current = False
+            os.close(self.fd)
+            self.fd = -1
             self._words.close()
 
-    def _elect(self) -> None:
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    def _take_lock(self) -> bool:
+        """Try for the lock once; True when taken (the previous listener's lease ends here)."""
         try:
-            self.fd = fd = os.open(self._lock_path, flags, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return  # a directory we cannot write: no listener here, so no copy is ever served
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    self._stop_event.wait(_ELECTION_POLL)
-                    continue
-                try:
-                    self._words.set_lease(0.0)  # the previous listener's lease ends here
-                    previous = self._words.listener_pid()
-                    self._words.set_listener(os.getpid())
-                    _LOG.info(
-                        "process %d takes over the listener of %r%s", os.getpid(),
-                        self._directory,
-                        f" from process {previous}" if previous not in (0, os.getpid()) else "",
-                    )
-                    self._supervise()
-                finally:
-                    self._words.set_lease(0.0)
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            self.fd = -1
-            os.close(fd)
+            return False
+        self._words.set_lease(0.0)
+        previous = self._words.listener_pid()
+        self._words.set_listener(os.getpid())
+        _LOG.info(
+            "process %d takes over the listener of %r%s", os.getpid(), self._directory,
+            f" from process {previous}" if previous not in (0, os.getpid()) else "",
+        )
+        return True
 
-    def _supervise(self) -> None:
-        """Run the listener process until stopped; restart it when it dies."""
+    def _release_lock(self) -> None:
+        self._words.set_lease(0.0)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _elect(self) -> None:
+        first = self.child  # (started by `_first_try`: supervised even if stopped already)
+        while first is not None or not self._stop_event.is_set():
+            if first is None and not self._take_lock():
+                self._stop_event.wait(_ELECTION_POLL)
+                continue
+            try:
+                self._supervise(first)
+            finally:
+                first = None
+                self._release_lock()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """Start a listener process, its settings written to its standard input."""
         config = json.dumps({
             "directory": self._directory, "url": self._remote.url, "members": self._members,
             "timeout": self._remote.timeout,
             "max_staleness": self._max_staleness, "refresh": self._refresh,
             "parent": os.getpid(), "nodes": self._remote.known_nodes(),
         }).encode()
+        self._spawned = time.monotonic()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "diskcache_core._remote.listenerprocess"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, close_fds=True,
+        )
+        try:
+            assert child.stdin is not None
+            child.stdin.write(config)  # on a pipe: the URL's password stays out of ps
+            child.stdin.close()
+        except OSError:
+            pass
+        return child
+
+    def _supervise(self, child: subprocess.Popen[bytes] | None) -> None:
+        """Run the listener process (`child`, or one started now) until stopped; restart it
+        when it dies."""
         pause = _RETRY_PAUSE
-        watch = _LeaseWatch(self._directory, self._words)
+        watch = LeaseWatch(self._directory, self._words)
         deaths = RateLimit()
-        while not self._stop_event.is_set():
-            started = time.monotonic()
-            child = subprocess.Popen(
-                [sys.executable, "-m", "diskcache_core._remote.listenerprocess"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, close_fds=True,
-            )
-            self.child = child
-            try:
-                assert child.stdin is not None
-                child.stdin.write(config)  # on a pipe: the URL's password stays out of ps
-                child.stdin.close()
-            except OSError:
-                pass
+        while child is not None or not self._stop_event.is_set():
+            if child is None:
+                child = self.child = self._spawn()
             assert child.stdout is not None
             logs = ChildLog(child.stdout.fileno())
             while not self._stop_event.is_set() and child.poll() is None:
@@ -520,7 +505,7 @@ class ListenerThread(threading.Thread):
             child.stdout.close()
             # It died: start another after a pause, longer each time it dies young (say, when
             # sys.executable cannot run it), so as not to spawn processes in a loop.
-            pause = _RETRY_PAUSE if time.monotonic() - started > _MAX_PAUSE else min(
+            pause = _RETRY_PAUSE if time.monotonic() - self._spawned > _MAX_PAUSE else min(
                 pause * 2, _MAX_PAUSE
             )
             if not self._stop_event.is_set():
@@ -528,6 +513,7 @@ class ListenerThread(threading.Thread):
                     _LOG, "the listener process of %r exited (status %s); another starts in %.1f s",
                     self._directory, child.returncode, pause,
                 )
+            child = None
             if not self._stop_event.is_set():
                 self._stop_event.wait(pause)
 
@@ -555,7 +541,7 @@ def listener_for(
     key = os.path.realpath(directory)
     with _threads_lock:
         thread = _threads.get(key)
-        if thread is None or thread.pid != os.getpid() or not thread.is_alive():
+        if thread is None or not thread.current:
             thread = ListenerThread(directory, remote, members, max_staleness, refresh)
             thread.start()
             _threads[key] = thread
@@ -582,6 +568,7 @@ def _forget_after_fork() -> None:
     # child outliving its parent would keep the lock with nobody listening. The parent keeps
     # its lock (a flock belongs to the open file, released when its last descriptor closes).
     for thread in _threads.values():
+        thread.current = False
         if thread.fd != -1:
             try:
                 os.close(thread.fd)

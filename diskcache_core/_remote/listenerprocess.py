@@ -36,7 +36,7 @@ from .tier import RemoteTier
 __all__ = ["RefreshPipe", "main", "refresh_batch"]
 
 _BATCH = 256  # names per refresh: one round trip to Redis, one transaction
-_GATHER = 0.005  # seconds the refresher pauses after a refresh (see _refresher)
+_GATHER = 0.002  # seconds the refresher pauses after a refresh (see _refresher)
 _TRIES = 5  # refreshes of one batch while the host's write lock stays busy
 _RECORD = struct.Struct(">H")  # a name's length, before it
 _PIPE_BUF = 4096  # writes up to this size are atomic on a pipe: whole records only
@@ -129,9 +129,11 @@ def _refresher(config: dict[str, Any], fd: int, parent: int) -> None:
             if mine:
                 refresh_batch(refresh, mine)
                 names = [name for name in names if not name.startswith(heard)]
-        # Let the next changes gather in the pipe: a refresh costs about 250 us of CPU for one
-        # name and 75 us a name for twenty (a round trip and a transaction each), so batches
-        # are worth a few milliseconds before a copy is renewed.
+        # Let the next changes gather in the pipe: a refresh is a round trip and a transaction
+        # (about 250 us of CPU for eight names, 30 us a name), so batches are worth a short
+        # wait. Short: every write of the host's own is renewed here too (its echo is a
+        # change like any other), and a reader asks Redis until then. Measured (2 hosts x 1
+        # process, 90/9/1 on 100 keys): 83 % local hits with 5 ms, 90-91 % with 2 ms or 1 ms.
         time.sleep(_GATHER)
 
 

@@ -23,18 +23,15 @@ names it heard change (word 4, kept across listener restarts), its invalidation 
 percentiles over its last probes (word 5, three 21-bit microsecond counts packed into one store
 so that a reader never sees them torn), and the probes it timed (word 6).
 
-A host's own write is heard too (its "echo"); were it a plain bump, the copy the writer keeps
-of what it wrote would be lost to it. So the writer first draws the stamp its copy will carry
-and leaves it in the bucket's "expected" word (`expect`), sends the write, and keeps its copy
-under that stamp once Redis acknowledged it; the listener, hearing a change in a bucket whose
-expected word is set, installs that stamp instead of a random one and clears the word. That is
-as strong as a random bump for every other copy (none carries that stamp), and the writer's
-copy, kept only once its write was applied, becomes servable at the first change heard in the
-bucket after the write was sent: its own echo, or an earlier change, after which its echo (no
-expectation left) bumps it again. A change heard later bumps at random: the copy goes. An
-expectation whose write never came (a failure, a writer killed) installs a stamp no copy has.
-Every renewal (`renew_all`: a listener's start, a flush, a lost file) clears the expected
-words: a change missed before it must not install one later.
+A host's own write is heard too (its "echo"), and bumps the stamp like any other change. The
+writer keeps no copy of what it wrote (_remote/tier.py `store_item`): Redis's broadcast
+tracking sends one message per key for each turn of its event loop, so an echo may also stand
+for another client's later write of the key (two writes of a key in one turn are one message),
+and another client's later write may be heard before the writer's own bump; a copy installed on
+the echo, or kept under the writer's bump, could then be older than Redis's item for good. The
+refresher renews the host's row after the echo, as after any change. (The words after the
+stamps, once "expected stamps" a writer left for its echo to install, stay zero: the file's
+size and layout are unchanged.)
 
 Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory/tier.py.
 
@@ -81,9 +78,9 @@ PROBE_MARK = b"~probe/"
 _LAG_BITS = 21
 _LAG_UNIT = 1e-6  # seconds per unit of a packed lag
 LAG_MAX = ((1 << _LAG_BITS) - 1) * _LAG_UNIT  # (about 2.1 s) a longer lag is reported as this
-# After the stamps, one "expected stamp" word per bucket (`expect`): 0, or the stamp the next
-# change heard in the bucket installs instead of a random one.
-_EXPECTED = BUCKETS  # (the offset from a bucket's stamp word to its expected word)
+# After the stamps, one word per bucket, kept zero (formerly a writer's "expected stamp", see the
+# module docstring): the file's size and layout stay as they were.
+_RESERVED = BUCKETS  # (the offset from a bucket's stamp word to its reserved word)
 _SIZE = 8 * (_HEADER_WORDS + 2 * BUCKETS)
 LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
 LEASE_AHEAD = 2 * LEASE  # the furthest ahead a valid lease is (LEASE, and room for rounding)
@@ -231,53 +228,19 @@ class RemoteWords:
         """The word index of a bucket, from `_remote.stamp_hash` of a Redis name."""
         return _HEADER_WORDS + (code & _MASK)
 
-    def bump(self, index: int, mine: int = 0) -> int:
+    def bump(self, index: int) -> int:
         """A fresh stamp for one bucket (returned): copies made under the old one are no longer
-        served. (A writer's, once Redis acknowledged its write.) Another writer's expected stamp
-        (any but `mine`, this writer's own) is cleared first: its write may be older than
-        this one, and the copy it stands for must not be installed by a change heard after
-        this write returned (`heard` checks the word again after installing)."""
-        self._guard()
-        words = self.words
-        expected = words[index + _EXPECTED]
-        if expected and expected != mine:
-            words[index + _EXPECTED] = 0
-        stamp = _random.getrandbits(63) | 1
-        words[index] = stamp
-        return stamp
-
-    def expect(self, index: int) -> int:
-        """(A writer, before it sends a write of a name of bucket `index`) The stamp the next
-        change heard in the bucket installs (see the module docstring): its copy's stamp."""
+        served. (A writer's, once Redis acknowledged its write.)"""
         self._guard()
         stamp = _random.getrandbits(63) | 1
-        self.words[index + _EXPECTED] = stamp
+        self.words[index] = stamp
         return stamp
-
-    def expect_for(self, code: int) -> tuple[int, int]:
-        """`expect` for the bucket of `code` (`_remote.stamp_hash` of a Redis name): its word
-        index, and the stamp."""
-        index = self.index(code)
-        return index, self.expect(index)
-
-    def bump_own(self, index: int, mine: int) -> tuple[int, int]:
-        """(A writer whose write changed its item in Redis, once it returned; `mine`: its
-        expected stamp) `bump` the bucket; the stamp set, and the one the write's copy is
-        servable under from its echo on: `mine`, or the stamp set when the echo was heard
-        already (`mine`, installed, was just replaced)."""
-        heard_already = self.words[index] == mine  # (a load, as a hit's: no size check)
-        now = self.bump(index, mine)
-        return now, now if heard_already else mine
-
-    def expected(self, index: int) -> int:
-        """The stamp the next change heard in bucket `index` installs (0: a random one)."""
-        return int(self.words[index + _EXPECTED])
 
     def renew_all(self) -> None:
-        """A fresh stamp for every bucket, and no expected one: no copy made so far is served
-        again."""
+        """A fresh stamp for every bucket (and zero reserved words): no copy made so far is
+        served again."""
         self._guard()
-        start = 8 * (_HEADER_WORDS + _EXPECTED)
+        start = 8 * (_HEADER_WORDS + _RESERVED)
         self._map[start:start + 8 * BUCKETS] = bytes(8 * BUCKETS)
         fresh = memoryview(os.urandom(8 * BUCKETS)).cast("Q")
         words = self.words
@@ -325,24 +288,12 @@ class RemoteWords:
             return Heard(names, 0, 0.0, 0.0, 0.0)
         return Heard(names, probes, *_unpack_lag(packed))
 
-    def heard(self, index: int) -> bool:
-        """(The listener) A name of bucket `index` changed: its expected stamp, if a writer of
-        this host left one (`expect`), else a random one; count the name. True for a random
-        one (the host's copies of the name are worth renewing)."""
+    def heard(self, index: int) -> None:
+        """(The listener) A name of bucket `index` changed: a random stamp; count the name."""
         self._guard()
         words = self.words
-        expected = words[index + _EXPECTED]
-        if expected:
-            words[index] = expected
-            if words[index + _EXPECTED] == expected:
-                words[index + _EXPECTED] = 0
-            else:  # a writer cleared it meanwhile (`bump`): its write is newer than that copy
-                words[index] = _random.getrandbits(63) | 1
-                expected = 0
-        else:
-            words[index] = _random.getrandbits(63) | 1
+        words[index] = _random.getrandbits(63) | 1
         words[_HEARD] = (words[_HEARD] + 1) & 0xFFFFFFFFFFFFFFFF
-        return not expected
 
     def set_lag(self, packed: int, probes: int) -> None:
         """(The listener) its lag percentiles (`pack_lag`), then the count of probes timed."""
@@ -399,14 +350,14 @@ class StampSet:
     def heard(self, name: bytes) -> bool:
         """A change of the Redis name `name` (prefix included) was heard: change its bucket's
         stamp in its cache's file (`RemoteWords.heard`), and count it. True when the host's
-        copies of it are worth renewing: False when it installed a writer's expected stamp
-        (its copy is the new value), when `name` is no member's, or a lag probe's
+        copies of it are worth renewing: False when `name` is no member's, or a lag probe's
         (_remote/lagprobe.py)."""
         for prefix, words in self._members:
             if name.startswith(prefix):
                 if name.startswith(PROBE_MARK, len(prefix)):
                     return False
-                return words.heard(words.index(stamp_hash(name[len(prefix):])))
+                words.heard(words.index(stamp_hash(name[len(prefix):])))
+                return True
         return False
 
     def set_lag(self, packed: int, probes: int) -> None:
@@ -452,7 +403,7 @@ def _fresh_image(owner: int) -> bytes:
     fresh = memoryview(bytearray(os.urandom(8 * BUCKETS))).cast("Q")
     for offset in range(BUCKETS):
         fresh[offset] = (fresh[offset] >> 1) | 1
-    return header + fresh.tobytes() + bytes(8 * BUCKETS)  # (no expected stamps)
+    return header + fresh.tobytes() + bytes(8 * BUCKETS)  # (zero reserved words)
 
 
 def _allocate(fd: int, size: int) -> None:

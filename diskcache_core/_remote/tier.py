@@ -231,15 +231,15 @@ class RemoteTier(RemoteTagOperations):
 
     def _keep(
         self, db_key: Any, raw: Any, key: Any, mode: int, db_value: Any, value: Any, read: bool,
-        expires: float | None, index: int, stamp: int, memory_stamp: int = 0,
+        expires: float | None, index: int, stamp: int,
     ) -> None:
         """Keep what Redis answered as this host's copy, under the stamp read before asking:
-        in the memory tier at once (an inline value; under `memory_stamp` when given), in the
+        in the memory tier at once (an inline value), in the
         database by the background writer (`_write_fills`), off the caller's path."""
         inline = len(db_value) if type(db_value) in (bytes, str) else 0
         if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
             self._remember(
-                db_key, raw, mode, db_value, value, expires, index, memory_stamp or stamp
+                db_key, raw, mode, db_value, value, expires, index, stamp
             )
         self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
 
@@ -292,40 +292,21 @@ class RemoteTier(RemoteTagOperations):
         name = encode_key(db_key, raw)
         only_new = statement is sql.ADD
         tags = extras if tag is None else (tag, *extras)
-        index, mine = self._words.expect_for(stamp_hash(name))  # (see _remote/stamps.py)
         stored = self._written(
             name, lambda: self._remote.set(name, data, expires, only_new, tags)
         )
         if stored:
-            now, stamp = self._words.bump_own(index, mine)
-            # This host's copy of what it wrote (a stored write always changed the item in
-            # Redis, so its echo comes): in this process's memory tier under the stamp just
-            # set, servable at once until the next change heard; in the database (for every
-            # process of the host) under `stamp`, servable from the echo on. Inline values
-            # only, as the refresher's: a value file per write would be written whether or not
-            # this host reads it again (a reader's get keeps one).
-            inline = len(db_value) if type(db_value) in (bytes, str) else 0
-            if not inline >= self._disk.min_file_size > 0:
-                self._keep(
-                    db_key, raw, key, mode, db_value, value, read, expires, index, stamp, now
-                )
+            # No copy of what was written is kept here: one made under the stamp set now could
+            # be older than Redis's item already (another client's later write heard before
+            # this bump, or sent in one message with this write's own echo), and one made
+            # before the write would go with its echo. The refresher renews the host's row
+            # from Redis after the echo, as after any change (_remote/listenerprocess.py).
+            self._bump(name)
         return stored
 
-    def _bump(self, name: bytes, mine: int = 0) -> None:
-        """A fresh stamp for `name`'s bucket once a write of it returned (`mine`: the
-        expected stamp of this write's own copy, kept; see `RemoteWords.bump`)."""
-        self._words.bump(self._words.index(stamp_hash(name)), mine)
-
-    def _keep_absent(self, key: Any, index: int, mine: int) -> None:
-        """After a removal that removed the item from Redis (so its echo comes): the memory
-        tier answers "absent" for it once the echo is heard (see `store_item`)."""
-        memory = self._memory
-        if memory is None:
-            return
-        db_key, raw = put_key(self._disk, key)
-        map_key = memory.map_key(db_key, raw)
-        if map_key is not None:
-            memory.store(map_key, None, ABSENT, index, mine, None, db_key, raw)
+    def _bump(self, name: bytes) -> None:
+        """A fresh stamp for `name`'s bucket once a write of it returned."""
+        self._words.bump(self._words.index(stamp_hash(name)))
 
     def _written(self, name: bytes, write: Callable[[], _T]) -> _T:
         """``write()``; when its outcome is unknown (RemoteOutcomeUnknownError, raised on), the
@@ -352,22 +333,16 @@ class RemoteTier(RemoteTagOperations):
     def delete(self, key: Any) -> bool:
         """Remove `key` (and its tag memberships) from Redis; True when it was there."""
         name = self._name(key)
-        index, mine = self._words.expect_for(stamp_hash(name))
         removed = self._written(name, lambda: self._remote.delete(name))
-        stamp = self._words.bump_own(index, mine)[1]
-        if removed:
-            self._keep_absent(key, index, stamp)
+        self._bump(name)  # (no "absent" kept: see `store_item`)
         self.removed.explicit += removed
         return removed
 
     def pop(self, key: Any, default: Any, expire_time: bool, tag: bool) -> Any:
         """Remove `key` and return its value (Redis's GETDEL: atomic across hosts)."""
         name = self._name(key)
-        index, mine = self._words.expect_for(stamp_hash(name))
         data = self._written(name, lambda: self._remote.pop(name))
-        stamp = self._words.bump_own(index, mine)[1]
-        if data is not None:
-            self._keep_absent(key, index, stamp)
+        self._bump(name)  # (no "absent" kept: see `store_item`)
         self.removed.explicit += data is not None
         item = None if data is None else decode_item(data)
         if item is None or (item.expire_time is not None and item.expire_time <= time.time()):
@@ -475,7 +450,7 @@ class RemoteTier(RemoteTagOperations):
             if self._closed:
                 self._closed = False
                 self._elect()
-        elif listener.pid != os.getpid() or not listener.is_alive():
+        elif not listener.current:  # (a flag: no system call on a get's path)
             self._elect()
 
     def close(self) -> None:

@@ -125,7 +125,6 @@ SELECT_ITEM_STORED = (  # get(store_time=True)
 SELECT_EXISTS = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND " + NOT_EXPIRED
 # A row for the key, expired or not (a near cache's copy the listener may refresh).
 # The refresher renews inline copies only: a value file's item is not even read from Redis.
-SELECT_HELD = "SELECT 1 FROM Cache WHERE key = ? AND raw = ? AND filename IS NULL"
 
 _INSERT_INTO = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"

@@ -311,10 +311,12 @@ class DiskCache(BaseCache):
         return _unless_busy(None, self._cache.clear) is not None
 
     def inc(self, key: str, delta: int = 1) -> int | None:
-        """Add `delta` to the number at `key` atomically; the new value, or None when the
-        database stayed busy. As in cachelib's backends (``(get(key) or 0) + delta``, then
-        ``set``), a missing key or one holding None (or another empty value: ``""``, ``[]``)
-        starts at 0 and is stored with the default timeout; a number keeps its expiry."""
+        """Add `delta` to the number at `key` atomically; the new value, or None when nothing
+        was stored: the database stayed busy, or the set serializer refused the new number (as
+        cachelib's backends answer None when their ``set`` fails; the two are not told apart).
+        As in cachelib's backends (``(get(key) or 0) + delta``, then ``set``), a missing key or
+        one holding None (or another empty value: ``""``, ``[]``) starts at 0 and is stored
+        with the default timeout; a number keeps its expiry."""
         value: int | None = _unless_busy(None, self._add, key, delta)
         if value is not None:
             self._wrote()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import threading
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,7 +38,7 @@ MakeCache = Callable[..., Any]
 def redis_url() -> Iterator[str]:
     """A real redis-server for the remote variants of this module, stopped afterwards."""
     reason = redis_missing()
-    if reason:
+    if reason and os.environ.get("CI") != "true":  # CI installs it: there a missing one fails
         pytest.skip(reason)
     with RedisTestServer() as server:
         yield server.url

@@ -17,11 +17,12 @@ import tempfile
 import time
 from typing import Any
 
+import pytest
 import redis
 
 from benchmarks.servers import HOST, START_TIMEOUT, RedisServer, _die_with_parent, free_port
 
-__all__ = ["RedisTestCluster", "RedisTestServer", "redis_missing"]
+__all__ = ["RedisTestCluster", "RedisTestServer", "needs_redis", "redis_missing"]
 
 _CLUSTER_WAIT = 60.0
 
@@ -29,6 +30,13 @@ _CLUSTER_WAIT = 60.0
 def redis_missing() -> str | None:
     """Why no redis-server can run here (None: it can)."""
     return RedisServer.missing_reason()
+
+
+# The mark of a test that needs redis-server: skipped where none can run, except on CI, which
+# installs it (there the test runs and fails, so that a missing server is never a silent pass).
+needs_redis = pytest.mark.skipif(
+    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
+)
 
 
 class RedisTestServer(RedisServer):

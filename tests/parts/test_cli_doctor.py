@@ -18,13 +18,10 @@ import diskcache_core as dc
 from diskcache_core import cli
 from diskcache_core._cli import doctor as _cli_doctor
 
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import RedisTestServer, needs_redis
 from test_cli import ROOT, run
 
 WAIT = 60.0  # seconds a condition below is waited for, at most
-needs_redis = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes, /proc, ptys")
 
 
@@ -200,12 +197,6 @@ def test_doctor_on_what_is_no_cache_is_a_usage_error(tmp_path):
 
 
 # --- with a remote ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
 
 
 @pytest.fixture
@@ -400,7 +391,6 @@ def test_doctor_sees_a_fanout_caches_one_listener_for_every_shard(tmp_path):
     """A FanoutCache's listener is elected in its own directory (not per shard): the doctor
     finds it there, so a listener that runs without a lease (Redis gone) is a warning for
     every shard, not "no listener running"."""
-    from redis_servers import RedisTestServer
 
     directory = tmp_path / "fanout"
     with RedisTestServer() as temporary:

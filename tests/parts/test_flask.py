@@ -472,6 +472,18 @@ def test_a_value_the_serializer_refuses_is_not_stored(backend):
     assert backend.get("good") == 1 and "bad" not in backend.cache
 
 
+def test_inc_answers_none_and_stores_nothing_when_the_serializer_refuses_the_number(backend):
+    class SmallNumbersOnly(JSONSerializer):
+        def dumps(self, value):
+            return None if isinstance(value, int) and value > 100 else super().dumps(value)
+
+    backend.serializer = SmallNumbersOnly()
+    assert backend.inc("n", 99) == 99
+    assert backend.inc("n", 2) is None  # 101: refused, as a busy database would be answered
+    assert backend.get("n") == 99  # the old number stays
+    assert backend.dec("n", 9) == 90
+
+
 def test_inc_with_a_serializer_adds_to_the_decoded_number_and_keeps_its_expiry(cache_dir):
     backend = DiskCache(cache_dir, default_timeout=60)
     backend.serializer = JSONSerializer()

@@ -16,11 +16,8 @@ from diskcache_core import Cache, Disk, FanoutCache, RemoteUnavailableError
 from diskcache_core import _log
 from diskcache_core._store import reaper as _reaper
 
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import RedisTestServer, needs_redis
 
-needs_redis = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
 
 WAIT = 60.0  # seconds any condition below is waited for, at most
 # The listener's lease lapsed after a grant (not: none yet, "... after it started").

@@ -18,18 +18,8 @@ from diskcache_core import (
     Cache, CacheMetrics, Evictions, FanoutCache, Gets, RemoteUnavailableError, Timeout,
 )
 
-from redis_servers import RedisTestServer, redis_missing
-
-WAIT = 30.0  # seconds at most for a condition another thread or process makes true
-
-
-def eventually(check, deadline=WAIT):
-    limit = time.monotonic() + deadline
-    while time.monotonic() < limit:
-        if check():
-            return
-        time.sleep(0.002)
-    raise AssertionError("condition never held")
+from redis_servers import RedisTestServer, needs_redis
+from remote_helpers import WAIT, eventually
 
 
 def test_snapshot_is_frozen_and_typed(store):
@@ -202,7 +192,7 @@ def test_import_loads_no_exporter_library():
 # --- with a remote ---------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+@needs_redis
 def test_remote_counts_commands_errors_reconnects_and_lease(tmp_path):
     with RedisTestServer() as server:
         options = {"remote": server.url, "remote_prefix": f"m-{uuid.uuid4().hex[:8]}:",
@@ -239,7 +229,7 @@ def test_remote_counts_commands_errors_reconnects_and_lease(tmp_path):
             cache.close()
 
 
-@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+@needs_redis
 def test_remote_invalidations_received_and_lag_percentiles(tmp_path):
     """Two hosts (two directories on one Redis): the writes of one are heard by the other's
     listener, counted once each (no probe name of either listener counted), and its probes'
@@ -287,7 +277,7 @@ def test_remote_invalidations_received_and_lag_percentiles(tmp_path):
             writer.close()
 
 
-@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+@needs_redis
 def test_fanout_remote_sums_invalidations_received(tmp_path):
     """A FanoutCache's one listener counts each shard's names in that shard's file: the sum
     is the writes heard, and every shard shows the lag."""

@@ -14,7 +14,7 @@ import pytest
 
 from diskcache_core import Cache, FanoutCache
 
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import RedisTestServer, needs_redis
 
 prometheus_client = pytest.importorskip("prometheus_client")
 pytest.importorskip("opentelemetry.sdk")
@@ -159,7 +159,7 @@ def test_opentelemetry_in_memory_reader(tmp_path):
         fanout.close()
 
 
-@pytest.mark.skipif(redis_missing() is not None, reason=str(redis_missing()))
+@needs_redis
 def test_exporters_show_the_listeners_report(tmp_path):
     """With a remote: the invalidations the host's listener received and its lag quantiles, in
     a Prometheus scrape and in the OpenTelemetry reader, equal to the snapshot's."""

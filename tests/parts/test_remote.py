@@ -27,19 +27,11 @@ from diskcache_core import (
 
 import remote_helpers as helpers
 from remote_helpers import eventually
-from redis_servers import RedisTestCluster, RedisTestServer, redis_missing
+from redis_servers import RedisTestCluster, RedisTestServer, needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
+pytestmark = needs_redis
 
 SPAWN = multiprocessing.get_context("spawn")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
 
 
 @pytest.fixture

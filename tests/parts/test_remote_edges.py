@@ -4,7 +4,6 @@ application closes the cache is no outage (docs/remote.rst)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -13,20 +12,12 @@ import pytest
 
 from diskcache_core import Cache
 
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
+pytestmark = needs_redis
 
 WAIT = 60.0  # seconds any condition below is waited for, at most
 PAUSE_MS = 4000  # Redis holds the call in flight this long (long enough to close meanwhile)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
 
 
 @pytest.fixture(params=["local", "remote"])

@@ -3,31 +3,16 @@ copies stay coherent: one made stale by a later change is neither served nor wri
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 
 import pytest
 
 from diskcache_core import Cache, FanoutCache
 
 from remote_helpers import eventually
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
-@pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+pytestmark = needs_redis
 
 
 
@@ -119,3 +104,60 @@ def test_close_writes_the_waiting_copies(tmp_path, options):
         assert held == 20
     finally:
         reopened.close()
+
+
+# --- the refresher's renewal (renew_copies) ------------------------------------------------------
+
+
+def test_a_renewal_renews_exactly_the_held_inline_rows_of_a_batch(tmp_path, options):
+    """One query finds the batch's held rows (keys of every type, value files left out), and
+    only those are read from Redis and renewed, under the stamps read before asking."""
+    from diskcache_core._remote.form import encode_key
+
+    reader = Cache(str(tmp_path / "a"), disk_min_file_size=1024, memory_size_limit=0, **options)
+    writer = Cache(str(tmp_path / "b"), **options)
+    try:
+        eventually(lambda: reader._remote._leased())
+        held = ["text", b"bytes", 7, 2.5]
+        for key in held + ["not-read", "large"]:
+            writer.set(key, b"x" * (2000 if key == "large" else 10))
+        for key in held + ["large"]:
+            reader.get(key)
+        reader._remote.flush_fills()
+        heard = reader._remote._words.heard_state
+        changes = heard().names
+        for key in held + ["not-read", "large"]:
+            writer.set(key, b"new")
+        eventually(lambda: heard().names >= changes + len(held) + 2)  # (all bumped already)
+        names = [encode_key(db_key, 1 if raw else 0) for db_key, raw in
+                 (reader._disk.put(key) for key in held + ["not-read", "large"])]
+        before = reader._remote._remote.sent.commands
+        assert reader._remote.refresh(names) == len(held)
+        assert reader._remote._remote.sent.commands == before + 1  # one MGET
+        sent = reader._remote._remote.sent.commands
+        assert [reader.get(key) for key in held] == [b"new"] * len(held)
+        assert reader._remote._remote.sent.commands == sent  # answered here
+        assert reader.get("not-read") == b"new"  # (no row was made for it)
+        assert reader._remote._remote.sent.commands == sent + 1
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_renewals_held_rows_query_uses_the_key_index():
+    """The query for a batch's held rows looks each pair up in the (key, raw) index; a row-value
+    ``IN (VALUES ...)`` scanned the whole table (15 ms a batch at 100,000 rows)."""
+    import sqlite3
+
+    from diskcache_core._remote.fills import _held_rows
+
+    con = sqlite3.connect(":memory:")
+    con.execute(
+        "CREATE TABLE Cache (rowid INTEGER PRIMARY KEY, key BLOB, raw INTEGER, filename TEXT)"
+    )
+    con.execute("CREATE UNIQUE INDEX Cache_key_raw ON Cache(key, raw)")
+    plan = con.execute("EXPLAIN QUERY PLAN " + _held_rows(3), [b"k", 1] * 3).fetchall()
+    details = [row[-1] for row in plan]
+    assert any("USING INDEX Cache_key_raw" in detail for detail in details)
+    assert not any(detail.startswith("SCAN c") or detail == "SCAN Cache" for detail in details)
+    con.close()

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -27,11 +25,9 @@ from diskcache_core import (
 from diskcache_core._recipes import leases as _leases
 
 import remote_helpers as helpers
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import RedisTestServer, needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
+pytestmark = needs_redis
 
 SPAWN = multiprocessing.get_context("spawn")
 TIMEOUT = 0.3  # remote_timeout of every cache here
@@ -39,16 +35,9 @@ STALL = 0.5  # seconds Redis is stopped: longer than TIMEOUT, the issue's reprod
 LONG_STALL = 2.5  # longer than two round trips of TIMEOUT: a second request fails too
 
 
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
 @pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:",
-            "remote_timeout": TIMEOUT}
+def options(options):
+    return {**options, "remote_timeout": TIMEOUT}
 
 
 @pytest.fixture
@@ -62,6 +51,7 @@ def hosts(tmp_path, options):
             directory = str(tmp_path / f"host{len(opened)}")
             cache = FanoutCache(directory, shards=1, **options) if fanout else Cache(directory, **options)
             cache.set("warm-up", 1)  # (a connection made: a stalled write is then sent at once)
+            cache.add("warm-up", 1)  # (and the write scripts loaded: a stalled one then runs)
             opened.append(cache)
             caches.append(cache)
         return caches

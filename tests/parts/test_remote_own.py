@@ -1,36 +1,22 @@
-"""A host keeps what it wrote itself (its copy survives its own invalidation echo: the expected
-stamps of _remote/stamps.py) without giving up coherence; and one Redis client per remote in a
-process, shared by its caches and a FanoutCache's shards (_remote/client.py)."""
+"""What a host's own writes leave behind: no copy that could be older than Redis's item (the
+writer keeps none; the refresher renews the host's row after the write's echo, as after any
+change: _remote/stamps.py explains why an echo cannot vouch for a copy); and one Redis client per
+remote in a process, shared by its caches and a FanoutCache's shards (_remote/client.py)."""
 
 from __future__ import annotations
 
 import os
-import uuid
-
-import pytest
+import threading
 
 from diskcache_core import Cache, FanoutCache
 from diskcache_core._remote import client as remote_client
-from diskcache_core._remote.form import encode_key, stamp_hash
-from diskcache_core._remote.stamps import RemoteWords
+from diskcache_core._remote.form import stamp_hash
+from diskcache_core._remote.stamps import RemoteWords, StampSet
 
 from remote_helpers import eventually
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
-@pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+pytestmark = needs_redis
 
 
 def sent(cache):
@@ -51,110 +37,174 @@ def set_and_hear(cache, key, value):
 # --- the stamp words ----------------------------------------------------------------------------
 
 
-def test_a_change_heard_installs_the_expected_stamp_once(tmp_path):
+def test_every_change_heard_draws_a_random_stamp_and_is_renewed(tmp_path):
+    """The listener's echo of a write of this host is a change like any other: a fresh stamp,
+    and the name goes to the refresher (StampSet.heard is true)."""
+    members = [(str(tmp_path), "p:")]
+    stamps = StampSet(members)
     words = RemoteWords(str(tmp_path), b"p:")
     try:
         index = words.index(stamp_hash(b"sk"))
-        mine = words.expect(index)
-        assert words.expected(index) == mine
-        assert words.heard(index) is False  # installed: nothing to renew
-        assert words.words[index] == mine and words.expected(index) == 0
-        assert words.heard(index) is True  # the next change: a random stamp
-        assert words.words[index] != mine
+        seen = {words.words[index]}
+        for _ in range(3):
+            written = words.bump(index)  # (a writer's bump after its write returned)
+            assert stamps.heard(b"p:sk") is True
+            assert words.words[index] not in seen | {written}
+            seen |= {written, words.words[index]}
     finally:
-        words.close()
-
-
-def test_another_writers_bump_clears_an_expected_stamp(tmp_path):
-    """A write that returned after another writer's expectation was left: that copy may be
-    older than this write, so no change heard later installs it."""
-    words = RemoteWords(str(tmp_path), b"p:")
-    try:
-        index = words.index(stamp_hash(b"sk"))
-        first = words.expect(index)
-        words.bump(index)  # another writer's write returned
-        assert words.expected(index) == 0
-        words.heard(index)
-        assert words.words[index] != first
-        second = words.expect(index)
-        words.bump(index, second)  # its own writer's bump keeps it
-        assert words.expected(index) == second
-    finally:
-        words.close()
-
-
-def test_renewing_every_stamp_clears_the_expected_ones(tmp_path):
-    """A listener (re)starting may have missed an echo: no expectation outlives it."""
-    words = RemoteWords(str(tmp_path), b"p:")
-    try:
-        index = words.index(stamp_hash(b"sk"))
-        mine = words.expect(index)
-        words.renew_all()
-        assert words.expected(index) == 0
-        words.heard(index)
-        assert words.words[index] != mine
-    finally:
+        stamps.close()
         words.close()
 
 
 # --- caches -------------------------------------------------------------------------------------
 
 
-def test_a_host_keeps_what_it_wrote_past_its_own_echo(tmp_path, options):
+def test_the_refresher_renews_the_writers_row_after_its_echo(tmp_path, options):
+    """The writer keeps no copy; a row this host held is renewed from Redis after the echo
+    (and then the write's value is answered here, not by Redis)."""
     cache = Cache(str(tmp_path / "a"), **options)
     try:
         eventually(lambda: cache._remote._leased())
+        other = Cache(str(tmp_path / "b"), **options)
+        other.set("k", "first")
+        other.close()
+        assert cache.get("k") == "first"  # (from Redis: a row held from now on)
+        cache._remote.flush_fills()
         set_and_hear(cache, "k", "mine")
-        before = sent(cache)
-        assert cache.get("k") == "mine"
-        assert sent(cache) == before  # answered here, not by Redis
+
+        def answered_here():
+            before = sent(cache)
+            return cache.get("k") == "mine" and sent(cache) == before
+
+        eventually(answered_here)
     finally:
         cache.close()
 
 
-def test_another_process_of_the_host_reads_the_writers_copy(tmp_path, options):
-    directory = str(tmp_path / "a")
-    writer = Cache(directory, **options)
-    reader = Cache(directory, **options)  # (its own memory tier: as another process)
+def test_another_clients_write_heard_before_the_writers_bump_leaves_no_stale_copy(
+    tmp_path, options
+):
+    """Host A's write returns; before A bumps its stamp, another client overwrites the item and
+    A's listener hears both changes. A copy of A's write kept under A's bump would be older than
+    Redis's item until the next change (it was: the writer kept one)."""
+    mine = Cache(str(tmp_path / "a"), **options)
+    other = Cache(str(tmp_path / "b"), **options)
+    store = mine._remote._remote
+    plain_set = store.set
+
+    def set_then_overwritten(*args, **kwargs):
+        stored = plain_set(*args, **kwargs)
+        before = heard(mine)
+        other.set("k", "theirs")
+        eventually(lambda: heard(mine) > before)  # (their change heard, before our bump)
+        return stored
+
     try:
-        eventually(lambda: writer._remote._leased())
-        set_and_hear(writer, "k", "mine")
-        writer._remote.flush_fills()
-        before = sent(reader)
-        assert reader.get("k") == "mine"
-        assert sent(reader) == before
+        eventually(lambda: mine._remote._leased())
+        store.set = set_then_overwritten
+        assert mine.set("k", "mine")
+        del store.set
+        eventually(lambda: mine._remote._leased())
+        assert mine.get("k") == "theirs"
+        mine._remote.flush_fills()
+        assert mine.get("k") == "theirs"
     finally:
-        writer.close()
-        reader.close()
+        mine.close()
+        other.close()
 
 
-def test_a_deletion_keeps_absent_past_its_echo(tmp_path, options):
-    cache = Cache(str(tmp_path / "a"), **options)
+def test_a_deletion_with_another_clients_write_heard_before_its_bump_keeps_no_absent(
+    tmp_path, options
+):
+    """As above for a removal: an "absent" kept under the deleter's bump would hide the other
+    client's later write."""
+    mine = Cache(str(tmp_path / "a"), **options)
+    other = Cache(str(tmp_path / "b"), **options)
+    store = mine._remote._remote
+    plain_delete = store.delete
+
+    def delete_then_overwritten(name):
+        removed = plain_delete(name)
+        before = heard(mine)
+        other.set("k", "theirs")
+        eventually(lambda: heard(mine) > before)
+        return removed
+
     try:
-        eventually(lambda: cache._remote._leased())
-        set_and_hear(cache, "k", "v")
-        before = heard(cache)
-        assert cache.delete("k")
-        eventually(lambda: heard(cache) > before)
-        before = sent(cache)
-        assert cache.get("k", "gone") == "gone"
-        assert sent(cache) == before
+        eventually(lambda: mine._remote._leased())
+        set_and_hear(mine, "k", "v")
+        store.delete = delete_then_overwritten
+        assert mine.delete("k")
+        del store.delete
+        eventually(lambda: mine._remote._leased())
+        assert mine.get("k", "gone") == "theirs"
     finally:
-        cache.close()
+        mine.close()
+        other.close()
 
 
-def test_a_large_value_written_leaves_no_value_file_on_the_writers_host(tmp_path, options):
-    """As the refresher, the writer keeps inline values only: a value file per write would be
-    written whether or not the host reads it again."""
+def test_an_echo_sent_with_another_clients_later_write_leaves_no_stale_copy(
+    tmp_path, options, server, monkeypatch
+):
+    """Redis sends one broadcast invalidation per key for each turn of its event loop: host A's
+    write and another client's later write of the key, read by Redis in one turn, are one
+    message. Had A's listener taken it for A's echo (it did: an "expected stamp"), A would
+    serve its own value for good while Redis holds the other one. The server is stopped while
+    both requests are sent, so that it reads them in one turn, A's first."""
+    import redis
+    import redis.connection
+
+    mine = Cache(str(tmp_path / "a"), **options)
+    admin = redis.Redis.from_url(server.url)
+    sent_by = {"writer": threading.Event(), "other": threading.Event()}
+    plain_send = redis.connection.AbstractConnection.send_packed_command
+
+    def send_and_tell(self, command, check_health=True):
+        plain_send(self, command, check_health)
+        event = sent_by.get(threading.current_thread().name)
+        if event is not None:
+            event.set()
+
+    try:
+        eventually(lambda: mine._remote._leased())
+        set_and_hear(mine, "k", "theirs")
+        (name,) = admin.keys(options["remote_prefix"].encode() + b"*")
+        theirs = admin.get(name)  # (the stored form of "theirs")
+        set_and_hear(mine, "k", "between")
+        monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
+                            send_and_tell)
+        server.pause()
+        try:
+            writer = threading.Thread(target=mine.set, args=("k", "mine"), name="writer")
+            writer.start()
+            assert sent_by["writer"].wait(30)
+            overwrite = threading.Thread(target=admin.set, args=(name, theirs), name="other")
+            overwrite.start()
+            assert sent_by["other"].wait(30)
+        finally:
+            server.resume()
+        writer.join(30)
+        overwrite.join(30)
+        monkeypatch.undo()
+        assert admin.get(name) == theirs  # (Redis applied A's write first)
+        eventually(lambda: mine._remote._leased())
+        assert mine.get("k") == "theirs"
+        mine._remote.flush_fills()
+        assert mine.get("k") == "theirs"
+    finally:
+        admin.close()
+        mine.close()
+
+
+def test_a_large_value_written_leaves_nothing_on_the_writers_host(tmp_path, options):
+    """The writer keeps no copy, so no value file either (and the refresher renews inline
+    values only)."""
     cache = Cache(str(tmp_path / "a"), disk_min_file_size=1024, **options)
     try:
         eventually(lambda: cache._remote._leased())
-        set_and_hear(cache, "small", b"s" * 100)
         set_and_hear(cache, "large", b"l" * 4096)
         cache._remote.flush_fills()
-        assert cache.read_sql("SELECT key, filename FROM Cache ORDER BY key") == [
-            ("small", None)
-        ]
+        assert cache.read_sql("SELECT key, filename FROM Cache ORDER BY key") == []
         assert cache.get("large") == b"l" * 4096  # (from Redis)
     finally:
         cache.close()
@@ -177,9 +227,8 @@ def test_another_hosts_write_still_replaces_a_kept_copy(tmp_path, options):
 
 
 def test_a_deletion_that_removed_nothing_keeps_no_copy(tmp_path, options):
-    """A removal that changed nothing in Redis has no echo: its expected stamp would be
-    installed by the next change heard, another host's write of the key, and an "absent"
-    kept under it would hide that write."""
+    """A removal that changed nothing in Redis has no echo: an "absent" it kept would be
+    servable until another host's write of the key is heard, and hide it (no later change)."""
     mine = Cache(str(tmp_path / "a"), **options)
     other = Cache(str(tmp_path / "b"), **options)
     try:
@@ -187,7 +236,7 @@ def test_a_deletion_that_removed_nothing_keeps_no_copy(tmp_path, options):
         assert not mine.delete("k")
         before = heard(mine)
         other.set("k", "theirs")
-        eventually(lambda: heard(mine) > before)  # (it installed the expected stamp)
+        eventually(lambda: heard(mine) > before)
         assert mine.get("k") == "theirs"
     finally:
         mine.close()
@@ -295,6 +344,32 @@ def test_writes_load_their_script_again_when_the_server_lost_it(tmp_path, option
         assert cache.set("k", "three") and cache.touch("k", 60)
         admin.script_flush()
         assert cache.pop("k") == "three" and not cache.delete("k")
+    finally:
+        admin.close()
+        cache.close()
+
+
+def test_a_plain_set_of_an_untagged_item_costs_redis_one_lookup_and_the_set(
+    tmp_path, options, server
+):
+    """A set without tags runs its own script (SET_PLAIN): the item's tag hash is looked at
+    (EXISTS) and, there being none, nothing else is done but the SET (the general script
+    read and deleted the tag hash, and looked for it again, on every write)."""
+    import redis
+
+    cache = Cache(str(tmp_path / "a"), **options)
+    admin = redis.Redis.from_url(server.url)
+    try:
+        cache.set("k", "loaded")  # (the script loaded)
+        admin.config_resetstat()
+        for number in range(3):
+            assert cache.set("k", number)
+        calls = {name[len("cmdstat_"):]: entry["calls"]
+                 for name, entry in admin.info("commandstats").items()}
+        assert calls.get("evalsha") == 3 and calls.get("exists") == 3
+        assert calls.get("set") == 3
+        assert not any(calls.get(name) for name in ("hkeys", "del", "srem", "persist"))
+        assert cache.get("k") == 2
     finally:
         admin.close()
         cache.close()

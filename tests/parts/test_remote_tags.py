@@ -5,7 +5,6 @@ a real Redis Cluster for the per-slot homes)."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -16,17 +15,9 @@ from diskcache_core._disk.disk import ENOVAL
 
 import remote_helpers as helpers
 from remote_helpers import eventually
-from redis_servers import RedisTestCluster, RedisTestServer, redis_missing
+from redis_servers import RedisTestCluster, needs_redis
 
-pytestmark = pytest.mark.skipif(
-    redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
+pytestmark = needs_redis
 
 
 @pytest.fixture

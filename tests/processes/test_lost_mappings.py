@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 import diskcache_core as dc
 from diskcache_core import DatabaseError
 
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
 VERSIONS = "cache.db-versions"
 REMOTE = "cache.db-remote"
@@ -246,14 +245,6 @@ def test_a_version_file_that_cannot_be_mapped_again_fails_writes_clearly(
 # --- the remote's stamp file ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server():
-    if redis_missing() is not None:
-        pytest.skip(str(redis_missing()))
-    with RedisTestServer() as running:
-        yield running
-
-
 def _listener_of(pid: int) -> int | None:
     """The listener process that process `pid` runs (a child of it), if any."""
     for entry in os.listdir("/proc"):
@@ -292,8 +283,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
-def test_a_truncated_stamp_file_kills_neither_reader_nor_listener(tmp_path, server, child_of):
-    options = {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
+@needs_redis
+def test_a_truncated_stamp_file_kills_neither_reader_nor_listener(tmp_path, options, child_of):
     directory = str(tmp_path / "hostB")
     child = child_of(directory, **options)
     assert _hits_again(child, "v1")  # its listener has started, and vouches for its copies

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 import time
 import uuid
@@ -20,7 +19,7 @@ import pytest
 
 from diskcache_core import Cache, RemoteUnavailableError
 
-from redis_servers import RedisTestCluster, redis_missing
+from redis_servers import RedisTestCluster, needs_redis
 
 pytest.importorskip("redis")
 
@@ -28,9 +27,7 @@ import redis.cluster  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        redis_missing() is not None and os.environ.get("CI") != "true", reason=str(redis_missing())
-    ),
+    needs_redis,
 ]
 
 # A read may return the old value this long after the write returned: the documented bound after

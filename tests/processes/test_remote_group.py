@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import signal
 import time
-import uuid
 
 import pytest
 
@@ -16,13 +15,10 @@ from diskcache_core import Cache, FanoutCache
 
 import remote_helpers as helpers
 from remote_helpers import eventually
-from redis_servers import RedisTestServer, redis_missing
+from redis_servers import needs_redis
 
 pytestmark = [
-    pytest.mark.skipif(
-        redis_missing() is not None and os.environ.get("CI") != "true",
-        reason=str(redis_missing()),
-    ),
+    needs_redis,
     pytest.mark.skipif(
         not os.path.exists("/proc/self/maps"), reason="counts helper processes through /proc"
     ),
@@ -31,17 +27,6 @@ pytestmark = [
 SPAWN = multiprocessing.get_context("spawn")
 SHARDS = 8
 RSS_LIMIT_KB = 150 * 1024  # the helpers of one directory, all together
-
-
-@pytest.fixture(scope="module")
-def server():
-    with RedisTestServer() as running:
-        yield running
-
-
-@pytest.fixture
-def options(server):
-    return {"remote": server.url, "remote_prefix": f"test-{uuid.uuid4().hex[:12]}:"}
 
 
 
