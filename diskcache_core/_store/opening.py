@@ -131,6 +131,11 @@ def open_database(
             return Opened(pool, settings, disk, PRIVATE, _counters(stored), counted)
         wanted = settings.values()
         if not stored:
+            # A page size takes effect only while the database is empty (in WAL mode, not even
+            # then): set it first. Small writes cost about a frame of the WAL per page they change
+            # (docs/design.rst, "What a write pays for against diskcache-rs").
+            if wanted.get("sqlite_page_size") is not None:
+                _set_pragma(con, "sqlite_page_size", wanted["sqlite_page_size"], setup_timeout)
             _set_pragma(con, "sqlite_auto_vacuum", wanted["sqlite_auto_vacuum"], setup_timeout)
         _set_pragma(con, "sqlite_journal_mode", wanted["sqlite_journal_mode"], setup_timeout)
         _retry_setup(lambda: create_or_migrate(con, stored, wanted), setup_timeout)

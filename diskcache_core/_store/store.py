@@ -181,7 +181,7 @@ class Store:
                 txn = state.txn
         state.inserted = False
         try:
-            cursor = state.execute(statement, params)
+            cursor = state.write(statement, params)
         except sqlite3.Error as exc:
             cursor = self._write_failed(state, exc, statement, params, retry, new_file, mark)
         if txn.depth:
@@ -251,6 +251,14 @@ class Store:
         self, state: ThreadState, exc: sqlite3.Error, statement: str, params: Any, retry: bool,
         new_file: str | None, mark: int,
     ) -> sqlite3.Cursor:
+        if isinstance(exc, sqlite3.ProgrammingError):
+            # Refused before it ran. The write cursor may be busy with the statement this one
+            # interrupted (a signal handler's write, run inside that statement's trigger
+            # function): a cursor of its own then (any other refusal is raised again by it).
+            try:
+                return state.execute(statement, params)
+            except sqlite3.Error as again:
+                exc = again
         if is_busy(exc) and not state.txn.depth:
             try:
                 return wait_for_lock(
