@@ -28,6 +28,7 @@ from .._disk.disk import Disk
 from .._errors import DiskCacheError
 from .._log import REMOTE
 from .._store import schema as sql
+from .._store.connections import ThreadState
 from .._store.store import MIN_WRITE_CHARGE, Store
 from .._store.workers import worker_task
 from .client import RemoteStore
@@ -206,9 +207,7 @@ def write_copies(
     try:
         with store.transaction(timeout=_WRITE_WAIT) as state:
             if inline_rows:  # one call for the batch: the GIL is the caller's meanwhile
-                state.con.executemany(sql.UPSERT, inline_rows)
-                state.txn.charge += inline_charge
-                state.txn.logged += inline_charge
+                _upsert_rows(state, inline_rows, inline_charge)
             for params, filename, charge in file_rows:
                 store.write(sql.UPSERT, params, False, filename, charge)
     except sqlite3.Error:  # (executemany's own, untranslated): as below
@@ -270,12 +269,18 @@ def renew_copies(
     # memory tiers of the host hold are validated by the stamps, not by the version words.
     try:
         with store.transaction(timeout=_REFRESH_WAIT, counted=False) as state:
-            state.con.executemany(sql.UPSERT, renewed)
-            state.txn.charge += charge
-            state.txn.logged += charge
+            _upsert_rows(state, renewed, charge)
     except sqlite3.Error:  # (executemany's own, untranslated: a full disk, say) not renewed
         return 0
     return len(renewed)
+
+
+def _upsert_rows(state: ThreadState, rows: list[tuple[Any, ...]], charge: int) -> None:
+    """Upsert inline `rows` in the open transaction of `state` (`Store.transaction`'s) in one
+    call, their `charge` bytes counted as its writes are (sqlite3.Error raised as it is)."""
+    state.con.executemany(sql.UPSERT, rows)
+    state.txn.charge += charge
+    state.txn.logged += charge
 
 
 def _held_rows(count: int) -> str:

@@ -29,9 +29,7 @@ tracking sends one message per key for each turn of its event loop, so an echo m
 for another client's later write of the key (two writes of a key in one turn are one message),
 and another client's later write may be heard before the writer's own bump; a copy installed on
 the echo, or kept under the writer's bump, could then be older than Redis's item for good. The
-refresher renews the host's row after the echo, as after any change. (The words after the
-stamps, once "expected stamps" a writer left for its echo to install, stay zero: the file's
-size and layout are unchanged.)
+refresher renews the host's row after the echo, as after any change.
 
 Stores are single aligned 8-byte stores (a memoryview cast of the mapping), as in _memory/tier.py.
 
@@ -78,10 +76,7 @@ PROBE_MARK = b"~probe/"
 _LAG_BITS = 21
 _LAG_UNIT = 1e-6  # seconds per unit of a packed lag
 LAG_MAX = ((1 << _LAG_BITS) - 1) * _LAG_UNIT  # (about 2.1 s) a longer lag is reported as this
-# After the stamps, one word per bucket, kept zero (formerly a writer's "expected stamp", see the
-# module docstring): the file's size and layout stay as they were.
-_RESERVED = BUCKETS  # (the offset from a bucket's stamp word to its reserved word)
-_SIZE = 8 * (_HEADER_WORDS + 2 * BUCKETS)
+_SIZE = 8 * (_HEADER_WORDS + BUCKETS)
 LEASE = 0.040  # seconds a renewal of the lease is good for: the bound after a listener dies
 LEASE_AHEAD = 2 * LEASE  # the furthest ahead a valid lease is (LEASE, and room for rounding)
 
@@ -228,20 +223,15 @@ class RemoteWords:
         """The word index of a bucket, from `_remote.stamp_hash` of a Redis name."""
         return _HEADER_WORDS + (code & _MASK)
 
-    def bump(self, index: int) -> int:
-        """A fresh stamp for one bucket (returned): copies made under the old one are no longer
-        served. (A writer's, once Redis acknowledged its write.)"""
+    def bump(self, index: int) -> None:
+        """A fresh stamp for one bucket: copies made under the old one are no longer served.
+        (A writer's, once Redis acknowledged its write.)"""
         self._guard()
-        stamp = _random.getrandbits(63) | 1
-        self.words[index] = stamp
-        return stamp
+        self.words[index] = _random.getrandbits(63) | 1
 
     def renew_all(self) -> None:
-        """A fresh stamp for every bucket (and zero reserved words): no copy made so far is
-        served again."""
+        """A fresh stamp for every bucket: no copy made so far is served again."""
         self._guard()
-        start = 8 * (_HEADER_WORDS + _RESERVED)
-        self._map[start:start + 8 * BUCKETS] = bytes(8 * BUCKETS)
         fresh = memoryview(os.urandom(8 * BUCKETS)).cast("Q")
         words = self.words
         for offset in range(BUCKETS):
@@ -403,7 +393,7 @@ def _fresh_image(owner: int) -> bytes:
     fresh = memoryview(bytearray(os.urandom(8 * BUCKETS))).cast("Q")
     for offset in range(BUCKETS):
         fresh[offset] = (fresh[offset] >> 1) | 1
-    return header + fresh.tobytes() + bytes(8 * BUCKETS)  # (zero reserved words)
+    return header + fresh.tobytes()
 
 
 def _allocate(fd: int, size: int) -> None:

@@ -157,10 +157,7 @@ class RemoteTier(RemoteTagOperations):
                 found = self._local_copy(db_key, raw, index, read, now)
             else:  # a copy not yet written
                 found = disk.fetch(waiting.mode, None, waiting.db_value, read), waiting.expires
-                inline = waiting.db_value
-                if memory is not None and not read and not (
-                    type(inline) in (bytes, str) and len(inline) >= disk.min_file_size > 0
-                ):
+                if self._memory_keeps(waiting.db_value, read):
                     self._remember(db_key, raw, waiting.mode, waiting.db_value, found[0],
                                    waiting.expires, index, waiting.stamp)
             if found is not None:
@@ -218,6 +215,12 @@ class RemoteTier(RemoteTagOperations):
             self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
         return value, expires
 
+    def _memory_keeps(self, db_value: Any, read: bool) -> bool:
+        """Whether a copy of stored form `db_value` goes to the memory tier: there is one, the
+        value is not read as a file, and it is stored inline (below ``disk_min_file_size``)."""
+        inline = len(db_value) if type(db_value) in (bytes, str) else 0
+        return self._memory is not None and not read and not inline >= self._disk.min_file_size > 0
+
     def _remember(
         self, db_key: Any, raw: Any, mode: int, db_value: Any, value: Any,
         expires: float | None, index: int, stamp: int,
@@ -234,13 +237,10 @@ class RemoteTier(RemoteTagOperations):
         expires: float | None, index: int, stamp: int,
     ) -> None:
         """Keep what Redis answered as this host's copy, under the stamp read before asking:
-        in the memory tier at once (an inline value), in the
-        database by the background writer (`_write_fills`), off the caller's path."""
-        inline = len(db_value) if type(db_value) in (bytes, str) else 0
-        if self._memory is not None and not read and not inline >= self._disk.min_file_size > 0:
-            self._remember(
-                db_key, raw, mode, db_value, value, expires, index, stamp
-            )
+        in the memory tier at once (an inline value), in the database by the background
+        writer (`_write_fills`), off the caller's path."""
+        if self._memory_keeps(db_value, read):
+            self._remember(db_key, raw, mode, db_value, value, expires, index, stamp)
         self._fills.add(db_key, raw, Fill(key, mode, db_value, expires, index, stamp))
 
     def _write_fills(self, batch: dict[tuple[Any, Any], Fill]) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from diskcache_core import Cache, FanoutCache
 from diskcache_core._remote import client as remote_client
 from diskcache_core._remote.form import stamp_hash
@@ -25,6 +27,19 @@ def sent(cache):
 
 def heard(cache):
     return cache._remote._words.heard_state().names
+
+
+@pytest.fixture
+def hosts(tmp_path, options):
+    """Host A's cache, its listener holding the lease, and host B's (closed after the test)."""
+    mine = Cache(str(tmp_path / "a"), **options)
+    other = Cache(str(tmp_path / "b"), **options)
+    try:
+        eventually(lambda: mine._remote._leased())
+        yield mine, other
+    finally:
+        mine.close()
+        other.close()
 
 
 def set_and_hear(cache, key, value):
@@ -47,7 +62,8 @@ def test_every_change_heard_draws_a_random_stamp_and_is_renewed(tmp_path):
         index = words.index(stamp_hash(b"sk"))
         seen = {words.words[index]}
         for _ in range(3):
-            written = words.bump(index)  # (a writer's bump after its write returned)
+            words.bump(index)  # (a writer's bump after its write returned)
+            written = words.words[index]
             assert stamps.heard(b"p:sk") is True
             assert words.words[index] not in seen | {written}
             seen |= {written, words.words[index]}
@@ -81,14 +97,11 @@ def test_the_refresher_renews_the_writers_row_after_its_echo(tmp_path, options):
         cache.close()
 
 
-def test_another_clients_write_heard_before_the_writers_bump_leaves_no_stale_copy(
-    tmp_path, options
-):
+def test_another_clients_write_heard_before_the_writers_bump_leaves_no_stale_copy(hosts):
     """Host A's write returns; before A bumps its stamp, another client overwrites the item and
     A's listener hears both changes. A copy of A's write kept under A's bump would be older than
     Redis's item until the next change (it was: the writer kept one)."""
-    mine = Cache(str(tmp_path / "a"), **options)
-    other = Cache(str(tmp_path / "b"), **options)
+    mine, other = hosts
     store = mine._remote._remote
     plain_set = store.set
 
@@ -99,27 +112,19 @@ def test_another_clients_write_heard_before_the_writers_bump_leaves_no_stale_cop
         eventually(lambda: heard(mine) > before)  # (their change heard, before our bump)
         return stored
 
-    try:
-        eventually(lambda: mine._remote._leased())
-        store.set = set_then_overwritten
-        assert mine.set("k", "mine")
-        del store.set
-        eventually(lambda: mine._remote._leased())
-        assert mine.get("k") == "theirs"
-        mine._remote.flush_fills()
-        assert mine.get("k") == "theirs"
-    finally:
-        mine.close()
-        other.close()
+    store.set = set_then_overwritten
+    assert mine.set("k", "mine")
+    del store.set
+    eventually(lambda: mine._remote._leased())
+    assert mine.get("k") == "theirs"
+    mine._remote.flush_fills()
+    assert mine.get("k") == "theirs"
 
 
-def test_a_deletion_with_another_clients_write_heard_before_its_bump_keeps_no_absent(
-    tmp_path, options
-):
+def test_a_deletion_with_another_clients_write_heard_before_its_bump_keeps_no_absent(hosts):
     """As above for a removal: an "absent" kept under the deleter's bump would hide the other
     client's later write."""
-    mine = Cache(str(tmp_path / "a"), **options)
-    other = Cache(str(tmp_path / "b"), **options)
+    mine, other = hosts
     store = mine._remote._remote
     plain_delete = store.delete
 
@@ -130,17 +135,12 @@ def test_a_deletion_with_another_clients_write_heard_before_its_bump_keeps_no_ab
         eventually(lambda: heard(mine) > before)
         return removed
 
-    try:
-        eventually(lambda: mine._remote._leased())
-        set_and_hear(mine, "k", "v")
-        store.delete = delete_then_overwritten
-        assert mine.delete("k")
-        del store.delete
-        eventually(lambda: mine._remote._leased())
-        assert mine.get("k", "gone") == "theirs"
-    finally:
-        mine.close()
-        other.close()
+    set_and_hear(mine, "k", "v")
+    store.delete = delete_then_overwritten
+    assert mine.delete("k")
+    del store.delete
+    eventually(lambda: mine._remote._leased())
+    assert mine.get("k", "gone") == "theirs"
 
 
 def test_an_echo_sent_with_another_clients_later_write_leaves_no_stale_copy(
@@ -210,52 +210,34 @@ def test_a_large_value_written_leaves_nothing_on_the_writers_host(tmp_path, opti
         cache.close()
 
 
-def test_another_hosts_write_still_replaces_a_kept_copy(tmp_path, options):
-    mine = Cache(str(tmp_path / "a"), **options)
-    other = Cache(str(tmp_path / "b"), **options)
-    try:
-        eventually(lambda: mine._remote._leased())
-        set_and_hear(mine, "k", "a")
-        assert mine.get("k") == "a"
-        other.set("k", "b")
-        eventually(lambda: mine.get("k") == "b")
-        mine._remote.flush_fills()
-        assert mine.get("k") == "b"
-    finally:
-        mine.close()
-        other.close()
+def test_another_hosts_write_still_replaces_a_kept_copy(hosts):
+    mine, other = hosts
+    set_and_hear(mine, "k", "a")
+    assert mine.get("k") == "a"
+    other.set("k", "b")
+    eventually(lambda: mine.get("k") == "b")
+    mine._remote.flush_fills()
+    assert mine.get("k") == "b"
 
 
-def test_a_deletion_that_removed_nothing_keeps_no_copy(tmp_path, options):
+def test_a_deletion_that_removed_nothing_keeps_no_copy(hosts):
     """A removal that changed nothing in Redis has no echo: an "absent" it kept would be
     servable until another host's write of the key is heard, and hide it (no later change)."""
-    mine = Cache(str(tmp_path / "a"), **options)
-    other = Cache(str(tmp_path / "b"), **options)
-    try:
-        eventually(lambda: mine._remote._leased())
-        assert not mine.delete("k")
-        before = heard(mine)
-        other.set("k", "theirs")
-        eventually(lambda: heard(mine) > before)
-        assert mine.get("k") == "theirs"
-    finally:
-        mine.close()
-        other.close()
+    mine, other = hosts
+    assert not mine.delete("k")
+    before = heard(mine)
+    other.set("k", "theirs")
+    eventually(lambda: heard(mine) > before)
+    assert mine.get("k") == "theirs"
 
 
-def test_a_failed_add_keeps_no_copy(tmp_path, options):
-    mine = Cache(str(tmp_path / "a"), **options)
-    other = Cache(str(tmp_path / "b"), **options)
-    try:
-        eventually(lambda: mine._remote._leased())
-        other.set("k", "first")
-        assert not mine.add("k", "mine")
-        assert mine.get("k") == "first"
-        other.set("k", "second")
-        eventually(lambda: mine.get("k") == "second")
-    finally:
-        mine.close()
-        other.close()
+def test_a_failed_add_keeps_no_copy(hosts):
+    mine, other = hosts
+    other.set("k", "first")
+    assert not mine.add("k", "mine")
+    assert mine.get("k") == "first"
+    other.set("k", "second")
+    eventually(lambda: mine.get("k") == "second")
 
 
 # --- one client per remote ----------------------------------------------------------------------
