@@ -159,10 +159,10 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
                 refill = False
             else:
                 found = answering(key, default)
-                if found is FILL:
-                    refill = True
-                elif found is MISS:
+                if found is MISS:  # (tested first: the commoner of the two, a key not seen lately)
                     refill = False
+                elif found is FILL:
+                    refill = True
                 else:
                     return found
         else:
@@ -468,7 +468,10 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
         if count != 1:
             return False
-        self._removed(db_key, raw, published)
+        self._evictor.note_removed(db_key, raw)  # `_removed`, inline: every delete
+        memory = self._memory
+        if memory is not None:
+            memory.after_delete(db_key, raw, published)
         return True
 
     def _removed(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
