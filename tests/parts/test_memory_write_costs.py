@@ -155,3 +155,27 @@ def test_a_delete_with_nothing_pending_leaves_the_access_log_alone(make_store, m
     assert access.pending
     assert cache.delete('other') is True
     assert forgotten == [('other', 1)] and ('other', 1) not in access.pending
+
+
+
+def test_a_kept_entry_counts_sys_getsizeof_of_its_value_and_key(make_store):
+    # The tier sizes an entry by ``__sizeof__`` (sys.getsizeof parses its arguments, a sixth of
+    # a kept set's cost): the same bytes for every type it keeps, none of which the garbage
+    # collector tracks.
+    import sys
+
+    from diskcache_core._memory.tier import ENTRY_OVERHEAD
+
+    cache = make_store()
+    values = [b'bytes' * 30, 'text \u00e9\U0001f600', 10**300, 2.5, True, None, 3 + 4j, -7]
+    for number, value in enumerate(values):
+        cache.set(f'key-{number}', value)
+        cache.set(number * 1000, value)
+        cache.set(('tuple', number), value)  # a pickled key: kept by its bytes
+    cache.set('mutable', {'a': [1, 2]})  # kept as its serialized form
+    entries = list(cache._memory.entries.values())
+    assert len(entries) == 3 * len(values) + 1
+    for entry in entries:
+        expected = ENTRY_OVERHEAD + sys.getsizeof(entry.stored) + sys.getsizeof(entry.db_key)
+        assert entry.nbytes == expected, (entry.db_key, entry.stored)
+    assert cache.memory_stats().size == sum(entry.nbytes for entry in entries)
