@@ -32,7 +32,13 @@ Why this is exact. (1) A nonce is stored into ``pre`` at most once, ever (64 ran
 Writes in this process also update its own map (write-through): a set whose trigger stored
 ``pre = n`` keeps its value tagged ``n`` if ``pre`` is still ``n`` after the commit — then no
 later write has started, and every later one will change ``pre`` before it commits. A delete
-keeps "absent" the same way.
+keeps "absent" the same way, marked on the entry it finds, in place and without the lock. Safe
+against a get reading that entry meanwhile (the hit path reads the tag, then the expiry, the
+mode, the value): the tag is stored last, so a get that sees it sees the rest; one that validated
+the old tag before the delete began (``pre`` has moved on since: the old tag never validates
+again) reads the old value or "absent", both right for a get that overlapped the delete. The
+value stays (a get between mode and value must not read None), and with it the entry's byte
+count: the tier counts what it holds.
 
 Memory ordering: each word is one aligned 8-byte load or store (a memoryview cast to ``'Q'``:
 a fixed-size memcpy in CPython); SQLite's WAL locking makes full memory barriers around every
@@ -78,19 +84,6 @@ class Fill(NamedTuple):
 
 
 _new_entry = object.__new__
-
-
-def mark_absent(entry: Entry, tag: int) -> None:
-    """Make `entry` answer "absent" under `tag` (a delete's: the key's bucket's ``pre`` now), in
-    place, lock-free. Safe against a get reading the entry meanwhile (the hit path reads the
-    tag, then the expiry, then the mode, then the value): the tag is stored last, so a get that
-    sees it sees the rest; one that read the old tag before the delete began (``pre`` has moved
-    on since: the old tag never validates again) reads the old value or "absent", both right
-    for a get that overlapped the delete. The value itself stays (a get between mode and value
-    must not read None), and with it the entry's byte count: the tier counts what it holds."""
-    entry.expire_time = None
-    entry.fetch_mode = ABSENT
-    entry.tag = tag
 
 
 def _never(key: Any, default: Any) -> Any:
@@ -384,11 +377,9 @@ class MemoryTier:
 
     def after_delete(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:
         """After a delete committed: keep "absent" if the key had an entry and no later writer
-        has started (the rule of `after_write`); else forget the entry.
-
-        "Absent" is marked on the entry itself (`mark_absent`): no new entry, no lock, no size
-        to recount (a new entry and the map's bookkeeping were two thirds of what the tier added
-        to a delete)."""
+        has started (the rule of `after_write`), marked on that entry in place, lock-free (see
+        the module docstring: a new entry was four fifths of the tier's part of a delete); else
+        forget the entry."""
         kind = type(db_key)
         if raw and (kind is str or kind is bytes) and self.plain_keys:
             map_key: Hashable = db_key  # (`map_key`'s commonest answer, inline: every delete)
@@ -400,10 +391,9 @@ class MemoryTier:
         word = entry.word
         version = published.get(word) if published else None
         if version is not None and self.words[word] == version:
-            # mark_absent(entry, version), inline (every delete of a kept key):
             entry.expire_time = None
             entry.fetch_mode = ABSENT
-            entry.tag = version  # last (see mark_absent)
+            entry.tag = version  # last (the module docstring)
             self.fills += 1
         else:
             self.discard(map_key)
@@ -450,7 +440,7 @@ class MemoryTier:
         the bounds. `map_key` must not be None."""
         # sys.getsizeof's sizes (a big int's and wide text's too) less the garbage collector's
         # header, which no kept type (numbers, text, bytes, None) has: getsizeof parses its
-        # arguments by keyword rules, 1,200 instructions a call (two per kept set, 2.4 of 13).
+        # arguments by keyword rules, about 1,100 instructions more a call (a kept set: 2 of 13).
         nbytes = ENTRY_OVERHEAD + stored.__sizeof__() + db_key.__sizeof__()
         if nbytes > self.max_entry:
             self.discard(map_key)

@@ -62,7 +62,7 @@ def test_a_delete_marks_the_kept_entry_absent_in_place_without_the_lock(make_sto
     assert counting.taken == 0  # no new entry: the map and its byte count are left alone
     assert memory.entries['key'] is entry and entry.fetch_mode is ABSENT
     assert entry.tag == memory.words[entry.word]  # valid under the delete's own version
-    # The tier counts what it holds: the old value stays on the entry (see `mark_absent`).
+    # The tier counts what it holds: the old value stays on the entry (see `after_delete`).
     assert (memory.size, len(memory.entries)) == (size, items)
     before = _hits(cache)
     assert cache.get('key', 'default') == 'default'
