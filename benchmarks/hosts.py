@@ -12,10 +12,13 @@ measured on the same workload (the harness's get/set/delete mix, keys and values
 Reported per row: get/set/delete latency percentiles; Redis commands per operation (from
 ``INFO commandstats`` before and after the row: every client's, our listeners' and refreshers'
 included); for ours, the local hit ratio (the share of the workers' gets answered without a
-Redis read: 1 - reads the workers sent / gets, counted in the workers). Then the invalidation delay: a process of host
-A writes a fresh value and notes when the write returned; a process of host B polls the key and
-notes when it first reads that value (both on CLOCK_MONOTONIC, shared by the machine's
-processes). The report gives the figures only: the project's own targets for them are in
+Redis read: 1 - reads the workers sent / gets, counted in the workers). A worker keeps its cache
+open until every worker has finished: one that closed early, when it held its host's listener,
+left the host's stragglers without copies while another process started a listener (about a
+second on loaded cores), which is a process's exit measured, not the steady state. Then the
+invalidation delay: a process of host A writes a fresh value and notes when the write returned;
+a process of host B polls the key and notes when it first reads that value (both on
+CLOCK_MONOTONIC, shared by the machine's processes). The report gives the figures only: the project's own targets for them are in
 docs/benchmarks.rst, not in a user's report. A percentile that its sample count cannot support
 (`stats.min_samples`) is left out and printed as "—".
 """
@@ -125,7 +128,7 @@ def _count_remote_reads() -> list[int]:
 
 
 def _worker(row: str, directory: str, url: str, workload: Workload, index: int,
-            ready: Any, start: Any, results: Any) -> None:
+            ready: Any, start: Any, results: Any, finish: Any) -> None:
     remote_reads = _count_remote_reads() if "core" in row else None
     get, set_, delete, close, caches = _open(row, directory, url)
     plan = plan_operations(workload, index)
@@ -145,9 +148,10 @@ def _worker(row: str, directory: str, url: str, workload: Workload, index: int,
         elapsed = clock() - begin
         if number >= workload.warmup:
             timings[("get", "set", "delete")[action]].append(elapsed)
-    close()
     all_gets = sum(1 for action, _, _ in plan if action == GET)
     results.put((timings, all_gets, len(plan), None if remote_reads is None else remote_reads[0]))
+    finish.wait(300)
+    close()
 
 
 def _writer(directory: str, url: str, key: str, count: int, start: Any, results: Any) -> None:
@@ -280,12 +284,12 @@ def _run_row(row: str, run: HostsRun, url: str, scratch: str, context: Any) -> R
     prefill.start()
     prefill.join(600)
     before = _command_counts(url)
-    start = context.Event()
+    start, finish = context.Event(), context.Event()
     ready, results = context.Queue(), context.Queue()
     workers = [
         context.Process(target=_worker, args=(
             row, directories[number % run.hosts], url, run.workload, number, ready, start,
-            results))
+            results, finish))
         for number in range(run.hosts * run.processes)
     ]
     for worker in workers:
@@ -307,6 +311,7 @@ def _run_row(row: str, run: HostsRun, url: str, scratch: str, context: Any) -> R
         if worker_reads is not None:
             counted = True
             counted_reads += worker_reads
+    finish.set()
     for worker in workers:
         worker.join(60)
     after = _command_counts(url)

@@ -5,7 +5,8 @@ Only imported when a cache is opened with ``remote=``. Here: the URL (a plain ``
 cache operation needs, each one round trip, on items in the stored form of `_remoteform` (one
 Redis string whose TTL is the item's expiry). Every call's redis-py errors are translated into
 the library's by _remote/failures.py. One client per remote per process serves every store of
-it (`_shared_client`).
+it (`_shared_client`); on one server, its hot commands go on connections pinned to threads
+(_remote/pinned.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .._metrics import CommandCounts
 from . import tagged
 from .failures import REDIS_ERRORS, outage_name, translated
 from .form import canonical_tag, decode_tag, encode_tag, expiry_header, tag_fields
+from .pinned import PinnedConnections
 from .tagged import TagNames
 from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
@@ -107,6 +109,11 @@ class RemoteStore:
             return
         self._shared = (os.getpid(), plain_url, self.cluster, timeout)
         self.client = _shared_client(self._shared, url)
+        # GET, MGET and EVALSHA: on this thread's pinned connection (one server), else sent
+        # by the client (a cluster client routes each to its node).
+        self._command: Callable[..., Any] = (
+            self.client.execute_command if self.cluster else self.client.pinned.command
+        )
         self._evict_tag = self.client.register_script(_EVICT_TAG)
         self.tag_names = TagNames(prefix, self.cluster)
         self._write = self.client.register_script(tagged.WRITE)
@@ -147,20 +154,20 @@ class RemoteStore:
         not hold it (a restarted or promoted node: nothing of it ran)."""
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return self.client.execute_command(*command)
+            return self._command(*command)
         except redis.exceptions.NoScriptError:
             self.client.script_load(script.script)
-            return self.client.execute_command(*command)
+            return self._command(*command)
 
     # --- items --------------------------------------------------------------------------------
 
-    # The hot commands go through execute_command: redis-py's get()/set() wrappers cost
-    # several microseconds of argument handling per call.
+    # The hot commands go on the pinned connection (`_command`): redis-py's get()/set()
+    # wrappers and execute_command cost several microseconds per call (_remote/pinned.py).
 
     def get(self, name: bytes) -> bytes | None:
         self.sent.commands += 1
         try:
-            data: bytes | None = self.client.execute_command("GET", name)
+            data: bytes | None = self._command("GET", name)
         except REDIS_ERRORS as exc:
             self.sent.errors += 1
             raise translated(exc, self.url) from exc
@@ -176,7 +183,7 @@ class RemoteStore:
             return self.call(lambda: self.client.mget_nonatomic(names))
         self.sent.commands += 1
         try:
-            found: list[bytes | None] = self.client.execute_command("MGET", *names)
+            found: list[bytes | None] = self._command("MGET", *names)
         except REDIS_ERRORS as exc:
             self.sent.errors += 1
             raise translated(exc, self.url) from exc
@@ -432,6 +439,7 @@ class RemoteStore:
                 ]
             else:
                 pools = [self.client.connection_pool]
+                self.client.pinned.close_idle()
             for pool in pools:
                 pool.disconnect(inuse_connections=False)
         except REDIS_ERRORS:
@@ -486,11 +494,20 @@ def _new_client(plain_url: str, cluster: bool, timeout: float, url: str) -> Any:
     try:
         if cluster:
             return _ClusterClient.from_url(plain_url, **options, **_NO_CLUSTER_RETRIES)
-        return redis.Redis.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
+        return _Client.from_url(plain_url, **options, retry=Retry(NoBackoff(), 0))
     except (ValueError, TypeError) as exc:
         raise ValueError(f"remote URL {url!r}: {exc}") from None
     except REDIS_ERRORS as exc:  # a cluster client connects at once
         raise translated(exc, url) from exc
+
+
+class _Client(redis.Redis):
+    """redis-py's client of one server, and the connections its hot commands are sent on
+    (`PinnedConnections`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pinned = PinnedConnections(self.connection_pool)
 
 
 class _ClusterClient(redis.cluster.RedisCluster):

@@ -104,7 +104,7 @@ def test_a_call_in_flight_at_close_gets_its_answer(server, tmp_path, operation):
     results: list[object] = []
     try:
         assert cache.set("there", "v") is True
-        pool = cache._remote._remote.client.connection_pool  # noqa: SLF001 - in-flight count
+        pinned = cache._remote._remote.client.pinned  # noqa: SLF001 - in-flight count
         call = (
             (lambda: cache.set("k", "new")) if operation == "set" else (lambda: cache.get("there"))
         )
@@ -119,7 +119,7 @@ def test_a_call_in_flight_at_close_gets_its_answer(server, tmp_path, operation):
         admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
         thread = threading.Thread(target=run)
         thread.start()
-        _wait_for(lambda: len(pool._in_use_connections) == 1, "the call is in flight")
+        _wait_for(lambda: pinned.in_flight() == 1, "the call is in flight")
         cache.close()
         assert results == [] and thread.is_alive(), "the call was not in flight at close()"
         thread.join(WAIT)

@@ -125,7 +125,10 @@ def test_a_get_that_asks_redis_makes_no_system_call_beyond_redis_pys_get(
         sent.clear()
         for number in range(1, 6):
             assert reader.get(f"k{number}") == number  # each asks Redis (first read)
-        assert calls == {"getpid": 5 * redis_pys["getpid"], "is_alive": 0}
+        # redis-py's own GET checks for a fork (its pool's getpid()); ours, on the thread's
+        # pinned connection, makes no system call but the command's.
+        assert redis_pys["getpid"] >= 1
+        assert calls == {"getpid": 0, "is_alive": 0}
         assert len(sent) == 5 and len(set(sent)) == 1  # one command each, on one connection
     finally:
         monkeypatch.undo()

@@ -171,12 +171,24 @@ def test_an_echo_sent_with_another_clients_later_write_leaves_no_stale_copy(
         (name,) = admin.keys(options["remote_prefix"].encode() + b"*")
         theirs = admin.get(name)  # (the stored form of "theirs")
         set_and_hear(mine, "k", "between")
+        # The writer thread's connection is made before the pause: a connection Redis accepts
+        # after it resumes has its command read after the other client's.
+        warmed, go = threading.Event(), threading.Event()
+
+        def write_mine() -> None:
+            mine.set("warm", 1)
+            warmed.set()
+            if go.wait(30):
+                mine.set("k", "mine")
+
+        writer = threading.Thread(target=write_mine, name="writer")
+        writer.start()
+        assert warmed.wait(30)
         monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
                             send_and_tell)
         server.pause()
         try:
-            writer = threading.Thread(target=mine.set, args=("k", "mine"), name="writer")
-            writer.start()
+            go.set()
             assert sent_by["writer"].wait(30)
             overwrite = threading.Thread(target=admin.set, args=(name, theirs), name="other")
             overwrite.start()
@@ -248,10 +260,12 @@ def test_a_fanout_caches_shards_share_one_client_and_connection(tmp_path, option
     try:
         clients = {id(shard._remote._remote.client) for shard in cache._shards}
         assert len(clients) == 1
-        pool = cache._shards[0]._remote._remote.client.connection_pool
+        client = cache._shards[0]._remote._remote.client
         for number in range(32):  # (sequential: one connection serves them all)
             cache.get(f"k{number}")
-        assert len(pool._available_connections) + len(pool._in_use_connections) == 1
+        pool = client.connection_pool
+        assert len(client.pinned.connections()) == 1
+        assert len(pool._available_connections) + len(pool._in_use_connections) == 0
     finally:
         cache.close()
 
@@ -260,15 +274,14 @@ def test_caches_of_one_remote_share_a_client_until_the_last_closes(tmp_path, opt
     first = Cache(str(tmp_path / "a"), **options)
     second = Cache(str(tmp_path / "b"), **options)
     client = first._remote._remote.client
-    pool = client.connection_pool
     try:
         assert second._remote._remote.client is client
         second.get("k")
-        (connection,) = pool._available_connections
+        (connection,) = client.pinned.connections()
         first.close()  # another cache still uses the connection: it stays open
         assert connection._sock is not None
         assert second.get("k") is None
-        assert pool._available_connections == [connection]
+        assert client.pinned.connections() == [connection]
     finally:
         first.close()
         second.close()
