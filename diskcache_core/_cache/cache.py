@@ -162,11 +162,12 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
                 if found is MISS:  # (tested first: the commoner of the two, a key not seen lately)
                     refill = False
                 elif found is FILL:
-                    refill = True
+                    refill = noted = True  # (the hit path found the key seen lately)
                 else:
                     return found
         else:
             refill = not read and memory.fills_unanswered()
+            noted = False
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
         db_key: Any
@@ -175,7 +176,7 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         else:
             db_key, raw = self._disk.put(key)
             raw = 1 if raw else 0
-        fill = memory.begin_fill(db_key, raw) if refill else None  # type: ignore[union-attr]
+        fill = memory.begin_fill(db_key, raw, noted) if refill else None  # type: ignore[union-attr]
         if store_time:
             statement = _SELECT_ITEM_STORED
         elif expire_time or tag:

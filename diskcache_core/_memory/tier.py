@@ -266,15 +266,20 @@ class MemoryTier:
         entry = self.lookup(key, touch=False)
         return None if entry is None else entry.fetch_mode is not ABSENT
 
-    def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
+    def begin_fill(self, db_key: Any, raw: Any, seen: bool = False) -> Fill | None:
         """Before the SELECT of a get the tier could not answer: may its result be kept?
 
         A key with an entry (invalid or expired) is refilled; any other is kept only when it was
-        looked up lately. Either way only if its bucket is clean now (``pre == post``, both read
-        before the SELECT). None: nothing to keep and nothing to discard.
+        looked up lately (`seen`: the hit path has just found it so, answering FILL: not asked
+        again). Either way only if its bucket is clean now (``pre == post``, both read before
+        the SELECT). None: nothing to keep and nothing to discard.
         """
         self.admission.misses += 1
-        map_key = self.map_key(db_key, raw)
+        kind = type(db_key)
+        if raw and (kind is str or kind is bytes) and self.plain_keys:
+            map_key: Hashable = db_key  # (`map_key`'s commonest answer, inline: every fill)
+        else:
+            map_key = self.map_key(db_key, raw)
         state = getattr(self.local, "state", None)  # this thread's connection (None: opens next)
         if map_key is None or (state is not None and state.opening.words is not self.words):
             return None  # (a connection to a database removed while open: not the tier's)
@@ -282,7 +287,7 @@ class MemoryTier:
         if entry is not None:
             self.admission.invalidated += self.words[entry.word] != entry.tag  # (else expired)
             index: int | None = entry.word
-        elif self.admission.seen_lately(map_key):
+        elif seen or self.admission.seen_lately(map_key):
             index = pre_index(db_key)  # None: a key of a type the tier does not keep
         else:
             return None
@@ -340,7 +345,7 @@ class MemoryTier:
             self.discard(map_key)
             return
         entry = self.entries.get(map_key)
-        if entry is None and not (  # `admits_write`, inline: every set
+        if entry is None and not (  # a new key is kept with room to spare, or seen lately
             (self.size < self.spare_size and len(self.entries) < self.spare_items)
             or self.admission.seen_lately(map_key)
         ):
@@ -409,13 +414,6 @@ class MemoryTier:
         entries = len(self.entries)
         full = self.size >= self.spare_size or entries >= self.spare_items
         self.admission.map_changed(full, entries, self.item_limit)
-
-    def admits_write(self, map_key: Hashable) -> bool:
-        """Whether a write of a key with no entry keeps its value: when the map has room to
-        spare, or when the key was seen lately."""
-        if self.size < self.spare_size and len(self.entries) < self.spare_items:
-            return True
-        return self.admission.seen_lately(map_key)
 
     def key_for(self, key: Any) -> Hashable:
         """The map key of a cache key."""

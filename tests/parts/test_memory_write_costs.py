@@ -179,3 +179,27 @@ def test_a_kept_entry_counts_sys_getsizeof_of_its_value_and_key(make_store):
         expected = ENTRY_OVERHEAD + sys.getsizeof(entry.stored) + sys.getsizeof(entry.db_key)
         assert entry.nbytes == expected, (entry.db_key, entry.stored)
     assert cache.memory_stats().size == sum(entry.nbytes for entry in entries)
+
+
+def test_a_fill_the_hit_path_allowed_does_not_ask_the_admission_again(make_store, monkeypatch):
+    # The second read of a key: the hit path found it seen lately (FILL); `begin_fill` keeps it
+    # without looking it up in the "seen" set a second time. A get the hit path cannot answer
+    # (one asking for the expiry) still asks.
+    cache = make_store()
+    with cache.transact():  # written inside a transaction: no entry kept
+        cache.set('key', 'value')
+        cache.set('other', 'value')
+    memory = cache._memory
+    asked: list[Any] = []
+    seen_lately = memory.admission.seen_lately
+    monkeypatch.setattr(
+        memory.admission, 'seen_lately', lambda key: asked.append(key) or seen_lately(key)
+    )
+    assert cache.get('key') == 'value'  # the first read notes the key (the hit path, inline)
+    assert 'key' not in memory.entries
+    assert cache.get('key') == 'value'  # the second keeps it
+    assert asked == [] and 'key' in memory.entries
+    before = _hits(cache)
+    assert cache.get('key') == 'value' and _hits(cache) == before + 1
+    assert cache.get('other', expire_time=True) == ('value', None)
+    assert asked == ['other']
