@@ -507,7 +507,7 @@ class _Client(redis.Redis):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pinned = PinnedConnections(self.connection_pool)
+        self.pinned = PinnedConnections(self.connection_pool, self.execute_command)
 
 
 class _ClusterClient(redis.cluster.RedisCluster):

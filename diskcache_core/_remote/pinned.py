@@ -17,7 +17,9 @@ reading (the next command connects again), and the error is the one redis-py rai
 (nothing is retried: the clients are made without retries). A forked child
 drops its parent's connections unused (redis-py shuts a socket down only in the process that
 made it), and a thread's connection is closed when the thread ends. `close_idle` closes the
-connections no call is using; a call in flight keeps its connection to its answer.
+connections no call is using; a call in flight keeps its connection to its answer. A command
+whose thread's connection is busy (a signal handler's get while the thread waited for Redis)
+goes through the client, never waits for it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import redis.exceptions
 
@@ -43,10 +45,12 @@ class _Held:
 
 
 class PinnedConnections:
-    """A connection per thread, made by `pool` on the thread's first command."""
+    """A connection per thread, made by `pool` on the thread's first command; `fallback`
+    (the client's ``execute_command``) sends a command while the thread's connection is busy."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, fallback: Callable[..., Any]) -> None:
         self._pool = pool
+        self._fallback = weakref.WeakMethod(fallback)  # (the client holds this: no cycle)
         self._local = threading.local()
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()  # (a thread's ends with it)
         self._lock = threading.Lock()  # guards _held
@@ -59,12 +63,22 @@ class PinnedConnections:
             held: _Held = self._local.held
         except AttributeError:
             held = self._hold()
-        with held.lock:
+        if not held.lock.acquire(blocking=False):
+            # Busy: a command of this thread's that a signal handler (or a finalizer)
+            # interrupted, or `close_idle` closing it this instant. Waiting could deadlock,
+            # and two commands on one connection would mix their answers: the pool's.
+            fallback = self._fallback()
+            if fallback is None:  # (the client is gone)
+                raise redis.exceptions.ConnectionError("the remote's client was closed")
+            return fallback(*args)
+        try:
             connection = held.connection
             if connection._sock is not None and _closed_or_dirty(connection):
                 connection.disconnect()  # (sending connects again: nothing was sent on it)
             connection.send_command(*args)
             return connection.read_response()
+        finally:
+            held.lock.release()
 
     def _hold(self) -> _Held:
         held = _Held(self._pool.make_connection())

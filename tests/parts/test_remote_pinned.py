@@ -145,3 +145,32 @@ def test_close_closes_the_idle_connections_and_a_later_command_connects_again(
     finally:
         cache.close()
         other.close()
+
+
+def test_a_command_while_the_threads_connection_is_busy_goes_through_the_pool(
+    tmp_path, options, monkeypatch
+):
+    """A signal handler's get while its thread waits for Redis (the connection's lock held)
+    must neither wait for that lock (a deadlock) nor send on the same connection (two answers
+    mixed): it goes through the client's pool."""
+    cache = Cache(str(tmp_path / "c"), **options)
+    try:
+        assert cache.set("k", "v")
+        pool = cache._remote._remote.client.connection_pool
+        taken = []
+        get_connection = pool.get_connection
+
+        def counted(*args, **kwargs):
+            taken.append(args)
+            return get_connection(*args, **kwargs)
+
+        monkeypatch.setattr(pool, "get_connection", counted)
+        held = pinned_of(cache)._local.held
+        with held.lock:  # (as during a command of this thread's)
+            assert cache.set("k", "w") is True
+            assert cache.get("other") is None
+        assert len(taken) == 2
+        assert cache.set("k", "x") and len(taken) == 2  # (its own connection again)
+        assert cache.get("k") == "x"
+    finally:
+        cache.close()
