@@ -19,19 +19,21 @@ drops its parent's connections unused (redis-py shuts a socket down only in the 
 made it), and a thread's connection is closed when the thread ends. `close_idle` closes the
 connections no call is using; a call in flight keeps its connection to its answer. A command
 whose thread's connection is busy (a signal handler's get while the thread waited for Redis)
-goes through the client, never waits for it.
+goes through the client, never waits for it. Under gevent or eventlet (`threads_are_real`),
+every command goes through the client.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable
 
 import redis.exceptions
 
-__all__ = ["PinnedConnections"]
+__all__ = ["PinnedConnections", "threads_are_real"]
 
 
 class _Held:
@@ -114,6 +116,19 @@ class PinnedConnections:
         self._local = threading.local()
         self._held = weakref.WeakSet()
         self._lock = threading.Lock()
+
+
+def threads_are_real() -> bool:
+    """Whether a thread here is an OS thread: not when gevent or eventlet has patched
+    ``threading``, where every greenlet (one per request, in a web server) would make a
+    connection of its own and close it when it ends; there the client's pool serves them."""
+    gevent_monkey = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
+        return False
+    eventlet_patcher = sys.modules.get("eventlet.patcher")
+    if eventlet_patcher is not None and eventlet_patcher.is_monkey_patched("thread"):
+        return False
+    return True
 
 
 def _closed_or_dirty(connection: Any) -> bool:

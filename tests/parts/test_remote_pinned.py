@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import weakref
 
 import pytest
 
 from diskcache_core import Cache
+from diskcache_core._remote import client as remote_client
 
 from redis_servers import needs_redis
 from remote_helpers import in_forked_child
@@ -165,5 +167,31 @@ def test_a_command_while_the_threads_connection_is_busy_goes_through_the_pool(
         assert len(taken) == 2
         assert cache.set("k", "x") and len(taken) == 2  # (its own connection again)
         assert cache.get("k") == "x"
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize("patched", ["gevent", "eventlet"])
+def test_under_green_threads_every_command_goes_through_the_pool(
+    tmp_path, options, monkeypatch, patched
+):
+    """With gevent's or eventlet's threading, every greenlet would keep a connection of its own
+    (one per request in a web server): the client's pool serves them instead."""
+    import types
+
+    if patched == "gevent":
+        monkey = types.SimpleNamespace(is_module_patched=lambda name: name == "threading")
+        monkeypatch.setitem(sys.modules, "gevent.monkey", monkey)
+    else:
+        patcher = types.SimpleNamespace(is_monkey_patched=lambda name: name == "thread")
+        monkeypatch.setitem(sys.modules, "eventlet.patcher", patcher)
+    monkeypatch.setattr(remote_client, "_clients", {})  # (a client made anew, under them)
+    cache = Cache(str(tmp_path / "c"), **options)
+    try:
+        client = cache._remote._remote.client
+        assert client.pinned is None
+        taken = pool_checkouts(cache, monkeypatch)
+        assert cache.set("k", "v") and cache.get("k") == "v" and cache.get("absent") is None
+        assert len(taken) >= 2  # (the set and the absent key's get, at least)
     finally:
         cache.close()
