@@ -32,7 +32,7 @@ from .._metrics import CommandCounts
 from . import tagged
 from .failures import REDIS_ERRORS, outage_name, translated
 from .form import canonical_tag, decode_tag, encode_tag, expiry_header, tag_fields
-from .pinned import PinnedConnections
+from .pinned import PinnedConnections, threads_are_real
 from .tagged import TagNames
 from .._urls import CLUSTER_WORDS, check_remote_url, safe_url
 
@@ -109,10 +109,11 @@ class RemoteStore:
             return
         self._shared = (os.getpid(), plain_url, self.cluster, timeout)
         self.client = _shared_client(self._shared, url)
-        # GET, MGET and EVALSHA: on this thread's pinned connection (one server), else sent
-        # by the client (a cluster client routes each to its node).
+        # GET, MGET and EVALSHA: on this thread's pinned connection (one server, OS threads),
+        # else sent by the client (a cluster client routes each to its node).
+        pinned = None if self.cluster else self.client.pinned
         self._command: Callable[..., Any] = (
-            self.client.execute_command if self.cluster else self.client.pinned.command
+            self.client.execute_command if pinned is None else pinned.command
         )
         self._evict_tag = self.client.register_script(_EVICT_TAG)
         self.tag_names = TagNames(prefix, self.cluster)
@@ -439,7 +440,8 @@ class RemoteStore:
                 ]
             else:
                 pools = [self.client.connection_pool]
-                self.client.pinned.close_idle()
+                if self.client.pinned is not None:
+                    self.client.pinned.close_idle()
             for pool in pools:
                 pool.disconnect(inuse_connections=False)
         except REDIS_ERRORS:
@@ -507,7 +509,10 @@ class _Client(redis.Redis):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pinned = PinnedConnections(self.connection_pool)
+        self.pinned: PinnedConnections | None = (
+            PinnedConnections(self.connection_pool, self.execute_command)
+            if threads_are_real() else None
+        )
 
 
 class _ClusterClient(redis.cluster.RedisCluster):

@@ -17,19 +17,23 @@ reading (the next command connects again), and the error is the one redis-py rai
 (nothing is retried: the clients are made without retries). A forked child
 drops its parent's connections unused (redis-py shuts a socket down only in the process that
 made it), and a thread's connection is closed when the thread ends. `close_idle` closes the
-connections no call is using; a call in flight keeps its connection to its answer.
+connections no call is using; a call in flight keeps its connection to its answer. A command
+whose thread's connection is busy (a signal handler's get while the thread waited for Redis)
+goes through the client, never waits for it. Under gevent or eventlet (`threads_are_real`),
+every command goes through the client.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import redis.exceptions
 
-__all__ = ["PinnedConnections"]
+__all__ = ["PinnedConnections", "threads_are_real"]
 
 
 class _Held:
@@ -43,10 +47,12 @@ class _Held:
 
 
 class PinnedConnections:
-    """A connection per thread, made by `pool` on the thread's first command."""
+    """A connection per thread, made by `pool` on the thread's first command; `fallback`
+    (the client's ``execute_command``) sends a command while the thread's connection is busy."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, fallback: Callable[..., Any]) -> None:
         self._pool = pool
+        self._fallback = weakref.WeakMethod(fallback)  # (the client holds this: no cycle)
         self._local = threading.local()
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()  # (a thread's ends with it)
         self._lock = threading.Lock()  # guards _held
@@ -59,12 +65,22 @@ class PinnedConnections:
             held: _Held = self._local.held
         except AttributeError:
             held = self._hold()
-        with held.lock:
+        if not held.lock.acquire(blocking=False):
+            # Busy: a command of this thread's that a signal handler (or a finalizer)
+            # interrupted, or `close_idle` closing it this instant. Waiting could deadlock,
+            # and two commands on one connection would mix their answers: the pool's.
+            fallback = self._fallback()
+            if fallback is None:  # (the client is gone)
+                raise redis.exceptions.ConnectionError("the remote's client was closed")
+            return fallback(*args)
+        try:
             connection = held.connection
             if connection._sock is not None and _closed_or_dirty(connection):
                 connection.disconnect()  # (sending connects again: nothing was sent on it)
             connection.send_command(*args)
             return connection.read_response()
+        finally:
+            held.lock.release()
 
     def _hold(self) -> _Held:
         held = _Held(self._pool.make_connection())
@@ -100,6 +116,19 @@ class PinnedConnections:
         self._local = threading.local()
         self._held = weakref.WeakSet()
         self._lock = threading.Lock()
+
+
+def threads_are_real() -> bool:
+    """Whether a thread here is an OS thread: not when gevent or eventlet has patched
+    ``threading``, where every greenlet (one per request, in a web server) would make a
+    connection of its own and close it when it ends; there the client's pool serves them."""
+    gevent_monkey = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
+        return False
+    eventlet_patcher = sys.modules.get("eventlet.patcher")
+    if eventlet_patcher is not None and eventlet_patcher.is_monkey_patched("thread"):
+        return False
+    return True
 
 
 def _closed_or_dirty(connection: Any) -> bool:

@@ -134,3 +134,23 @@ def hold_fanout(directory, options, shards, ready):
         time.sleep(0.01)
     ready.set()
     time.sleep(WAIT * 4)  # killed by the test
+
+
+def in_forked_child(body):
+    """Whether `body()` returned True in a forked child of this process (the child exits at
+    once after it, however it ends)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if body() else 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    try:
+        return os.read(read, 1) == b"\x00"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)

@@ -5,7 +5,6 @@ remote in a process, shared by its caches and a FanoutCache's shards (_remote/cl
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -15,7 +14,7 @@ from diskcache_core._remote import client as remote_client
 from diskcache_core._remote.form import stamp_hash
 from diskcache_core._remote.stamps import RemoteWords, StampSet
 
-from remote_helpers import eventually
+from remote_helpers import eventually, in_forked_child
 from redis_servers import needs_redis
 
 pytestmark = needs_redis
@@ -298,22 +297,15 @@ def test_a_forked_child_gets_its_own_client(tmp_path, options):
     try:
         cache.set("k", "v")
         parent = cache._remote._remote.client
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                child = Cache(str(tmp_path / "b"), **options)
-                fresh = child._remote._remote.client is not parent
-                code = 0 if fresh and child.get("k") == "v" and cache.get("k") == "v" else 2
-                child.close()
-            finally:
-                os.write(write, bytes([code]))
-                os._exit(0)
-        os.close(write)
-        assert os.read(read, 1) == b"\x00"
-        os.close(read)
-        os.waitpid(pid, 0)
+
+        def child_reads() -> bool:
+            child = Cache(str(tmp_path / "b"), **options)
+            fresh = child._remote._remote.client is not parent
+            read = fresh and child.get("k") == "v" and cache.get("k") == "v"
+            child.close()
+            return read
+
+        assert in_forked_child(child_reads)
         assert cache.get("k") == "v"  # the parent's connection is untouched
         assert remote_client._clients  # (and its client still registered)
     finally:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import weakref
 
 import pytest
 
 from diskcache_core import Cache
+from diskcache_core._remote import client as remote_client
 
 from redis_servers import needs_redis
+from remote_helpers import in_forked_child
 
 pytestmark = needs_redis
 
@@ -28,19 +31,26 @@ def pinned_of(cache):
     return cache._remote._remote.client.pinned
 
 
+def pool_checkouts(cache, monkeypatch):
+    """The connections taken from the cache's client's pool from now on (a list kept up to
+    date)."""
+    pool = cache._remote._remote.client.connection_pool
+    taken = []
+    get_connection = pool.get_connection
+
+    def counted(*args, **kwargs):
+        taken.append(args)
+        return get_connection(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", counted)
+    return taken
+
+
 def test_the_hot_commands_take_no_connection_from_the_pool(tmp_path, options, monkeypatch):
     cache = Cache(str(tmp_path / "c"), **options)
     try:
         assert cache.set("k", 0) and cache.delete("k")  # (their scripts loaded: through the pool)
-        pool = cache._remote._remote.client.connection_pool
-        taken = []
-        get_connection = pool.get_connection
-
-        def counted(*args, **kwargs):
-            taken.append(args)
-            return get_connection(*args, **kwargs)
-
-        monkeypatch.setattr(pool, "get_connection", counted)
+        taken = pool_checkouts(cache, monkeypatch)
         for number in range(10):
             assert cache.set(f"k{number}", number)  # EVALSHA
             assert cache.get(f"absent{number}") is None  # GET (nothing local to answer)
@@ -105,23 +115,16 @@ def test_a_forked_child_never_uses_its_parents_connection(tmp_path, options):
         assert cache.set("k", "v")
         (parent_connection,) = pinned_of(cache).connections()
         parent_port = parent_connection._sock.getsockname()[1]
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                ok = cache.set("k", "child") and cache.get("k", retry=False) == "child"
-                (connection,) = pinned_of(cache).connections()
-                own = connection is not parent_connection
-                own = own and connection._sock.getsockname()[1] != parent_port
-                code = 0 if ok and own else 2
-            finally:
-                os.write(write, bytes([code]))
-                os._exit(0)
-        os.close(write)
-        assert os.read(read, 1) == b"\x00"
-        os.close(read)
-        os.waitpid(pid, 0)
+
+        def child_writes_on_its_own() -> bool:
+            written = cache.set("k", "child") and cache.get("k") == "child"
+            (connection,) = pinned_of(cache).connections()
+            return (
+                written and connection is not parent_connection
+                and connection._sock.getsockname()[1] != parent_port
+            )
+
+        assert in_forked_child(child_writes_on_its_own)
         assert cache.set("k", "parent")  # the parent's connection is untouched
         assert pinned_of(cache).connections() == [parent_connection]
         assert parent_connection._sock.getsockname()[1] == parent_port
@@ -145,3 +148,50 @@ def test_close_closes_the_idle_connections_and_a_later_command_connects_again(
     finally:
         cache.close()
         other.close()
+
+
+def test_a_command_while_the_threads_connection_is_busy_goes_through_the_pool(
+    tmp_path, options, monkeypatch
+):
+    """A signal handler's get while its thread waits for Redis (the connection's lock held)
+    must neither wait for that lock (a deadlock) nor send on the same connection (two answers
+    mixed): it goes through the client's pool."""
+    cache = Cache(str(tmp_path / "c"), **options)
+    try:
+        assert cache.set("k", "v")
+        taken = pool_checkouts(cache, monkeypatch)
+        held = pinned_of(cache)._local.held
+        with held.lock:  # (as during a command of this thread's)
+            assert cache.set("k", "w") is True
+            assert cache.get("other") is None
+        assert len(taken) == 2
+        assert cache.set("k", "x") and len(taken) == 2  # (its own connection again)
+        assert cache.get("k") == "x"
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize("patched", ["gevent", "eventlet"])
+def test_under_green_threads_every_command_goes_through_the_pool(
+    tmp_path, options, monkeypatch, patched
+):
+    """With gevent's or eventlet's threading, every greenlet would keep a connection of its own
+    (one per request in a web server): the client's pool serves them instead."""
+    import types
+
+    if patched == "gevent":
+        monkey = types.SimpleNamespace(is_module_patched=lambda name: name == "threading")
+        monkeypatch.setitem(sys.modules, "gevent.monkey", monkey)
+    else:
+        patcher = types.SimpleNamespace(is_monkey_patched=lambda name: name == "thread")
+        monkeypatch.setitem(sys.modules, "eventlet.patcher", patcher)
+    monkeypatch.setattr(remote_client, "_clients", {})  # (a client made anew, under them)
+    cache = Cache(str(tmp_path / "c"), **options)
+    try:
+        client = cache._remote._remote.client
+        assert client.pinned is None
+        taken = pool_checkouts(cache, monkeypatch)
+        assert cache.set("k", "v") and cache.get("k") == "v" and cache.get("absent") is None
+        assert len(taken) >= 2  # (the set and the absent key's get, at least)
+    finally:
+        cache.close()
