@@ -28,8 +28,9 @@ class NearTier(Protocol):
         """The entry answering a get of `key` now, or None (then the store is read); `touch`:
         count it as recently used."""
 
-    def begin_fill(self, db_key: Any, raw: Any) -> Fill | None:
-        """Before the store is read for a key the tier missed: may the result be kept?"""
+    def begin_fill(self, db_key: Any, raw: Any, seen: bool = False) -> Fill | None:
+        """Before the store is read for a key the tier missed: may the result be kept? (`seen`:
+        the tier's own lookup has just found the key worth keeping.)"""
 
     def finish_fill(
         self, fill: Fill, value: Any, db_value: Any, mode: int, has_file: bool,

@@ -159,14 +159,15 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
                 refill = False
             else:
                 found = answering(key, default)
-                if found is FILL:
-                    refill = True
-                elif found is MISS:
+                if found is MISS:  # (tested first: the commoner of the two, a key not seen lately)
                     refill = False
+                elif found is FILL:
+                    refill = noted = True  # (the hit path found the key seen lately)
                 else:
                     return found
         else:
             refill = not read and memory.fills_unanswered()
+            noted = False
         # The one read path below the memory tier: one SELECT of the columns the caller needs;
         # what it finds fills the tier when `MemoryTier.begin_fill` allowed that before it.
         db_key: Any
@@ -175,7 +176,7 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         else:
             db_key, raw = self._disk.put(key)
             raw = 1 if raw else 0
-        fill = memory.begin_fill(db_key, raw) if refill else None  # type: ignore[union-attr]
+        fill = memory.begin_fill(db_key, raw, noted) if refill else None  # type: ignore[union-attr]
         if store_time:
             statement = _SELECT_ITEM_STORED
         elif expire_time or tag:
@@ -468,7 +469,10 @@ class Cache(CacheBase, KeyIteration, AtomicChanges, TagOperations, AsyncCacheMix
         count, published = self._store.write(sql.DELETE_ITEM, (db_key, raw, time.time()), retry)
         if count != 1:
             return False
-        self._removed(db_key, raw, published)
+        self._evictor.note_removed(db_key, raw)  # `_removed`, inline: every delete
+        memory = self._memory
+        if memory is not None:
+            memory.after_delete(db_key, raw, published)
         return True
 
     def _removed(self, db_key: Any, raw: Any, published: dict[int, int] | None) -> None:

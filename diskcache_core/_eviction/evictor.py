@@ -170,8 +170,9 @@ class Evictor:
     def note_removed(self, db_key: Any, raw: Any) -> None:
         """`db_key` was removed (a delete or pop): nothing to refresh for it any more."""
         self.removed.explicit += 1
-        if self.access.column is not None:
-            self.access.forget(db_key, raw)
+        access = self.access
+        if access.column is not None and access.pending:  # (nothing pending: nothing to forget)
+            access.forget(db_key, raw)
 
     def flush_access_log(self, timeout: float | None = None) -> None:
         """Write this process's batched bookkeeping now; `timeout` replaces the cache's wait for

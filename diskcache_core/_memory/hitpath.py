@@ -36,9 +36,10 @@ class Entry:
     """One kept item: its value (or that it is absent) and the tag that validates it.
 
     `stored` is the value itself when `fetch_mode` is None, the serialized column value to decode
-    on each hit when it is a Disk mode, and nothing when `fetch_mode` is ABSENT: the key was
-    missing (or expired) in the database. `tag` is the bucket's ``pre`` word the entry is valid
-    for (`word` is that word's index). A class with slots, not a named tuple: unpacking a tuple
+    on each hit when it is a Disk mode, and not read when `fetch_mode` is ABSENT: the key was
+    missing (or expired) in the database, or deleted (`MemoryTier.after_delete` leaves the old
+    value there). `tag` is the bucket's ``pre`` word the entry is valid for (`word` is that
+    word's index). A class with slots, not a named tuple: unpacking a tuple
     subclass takes Python's slow path, and the hot get reads only a few fields.
     """
 
