@@ -38,7 +38,8 @@ mode, the value): the tag is stored last, so a get that sees it sees the rest; o
 the old tag before the delete began (``pre`` has moved on since: the old tag never validates
 again) reads the old value or "absent", both right for a get that overlapped the delete. The
 value stays (a get between mode and value must not read None), and with it the entry's byte
-count: the tier counts what it holds.
+count (the tier counts what it holds); so does the expiry (a get that read it after the delete
+began, then the old mode, judges the old value by its own expiry).
 
 Memory ordering: each word is one aligned 8-byte load or store (a memoryview cast to ``'Q'``:
 a fixed-size memcpy in CPython); SQLite's WAL locking makes full memory barriers around every
@@ -396,7 +397,9 @@ class MemoryTier:
         word = entry.word
         version = published.get(word) if published else None
         if version is not None and self.words[word] == version:
-            entry.expire_time = None
+            # (The expiry stays: a get that validated the old tag and reads the expiry, then
+            # the old mode, must judge the old value by its own expiry. On "absent" it only
+            # sends a get to the database once it has passed.)
             entry.fetch_mode = ABSENT
             entry.tag = version  # last (the module docstring)
             self.fills += 1
