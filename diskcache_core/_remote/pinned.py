@@ -33,6 +33,8 @@ from typing import Any, Callable
 
 import redis.exceptions
 
+from .._errors import RemoteUnavailableError
+
 __all__ = ["PinnedConnections", "threads_are_real"]
 
 
@@ -70,8 +72,8 @@ class PinnedConnections:
             # interrupted, or `close_idle` closing it this instant. Waiting could deadlock,
             # and two commands on one connection would mix their answers: the pool's.
             fallback = self._fallback()
-            if fallback is None:  # (the client is gone)
-                raise redis.exceptions.ConnectionError("the remote's client was closed")
+            if fallback is None:  # (the client is gone): nothing was sent, and says so
+                raise RemoteUnavailableError("the remote's client was closed: nothing was sent")
             return fallback(*args)
         try:
             connection = held.connection

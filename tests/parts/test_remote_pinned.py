@@ -195,3 +195,28 @@ def test_under_green_threads_every_command_goes_through_the_pool(
         assert len(taken) >= 2  # (the set and the absent key's get, at least)
     finally:
         cache.close()
+
+
+def test_a_busy_connection_whose_client_is_gone_reports_nothing_sent():
+    """The fallback of a busy connection is the client's; with the client gone, the command
+    is refused as never sent (RemoteUnavailableError, not a redis-py error that would read as
+    a write of unknown outcome)."""
+    from diskcache_core import RemoteUnavailableError
+    from diskcache_core._remote.pinned import PinnedConnections
+
+    class Client:
+        def execute_command(self, *args):  # pragma: no cover - never reached: it is gone
+            return args
+
+    class Pool:
+        def make_connection(self):
+            return object()
+
+    client = Client()
+    pinned = PinnedConnections(Pool(), client.execute_command)
+    del client
+    gc.collect()
+    pinned._hold()
+    with pinned._local.held.lock:  # (busy)
+        with pytest.raises(RemoteUnavailableError, match="nothing was sent"):
+            pinned.command("GET", b"k")
